@@ -1,0 +1,3 @@
+from gpubring.app import main
+
+main()
