@@ -1,0 +1,39 @@
+"""`gpubring versions INVENTORY`: the effective version matrix and every compatibility rule's verdict."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpubring.options import InventoryArg
+
+JsonOut = Annotated[
+    str | None,
+    typer.Option(
+        "--json",
+        metavar="PATH|-",
+        help="Also write the matrix and verdicts as JSON to PATH; `-` prints only JSON.",
+    ),
+]
+
+
+def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
+    """Print the pinned versions after the inventory's overrides (gpubring_versions) and the verdict of
+    every rule of versions.yml. Exit code 2 when the inventory is invalid or a rule fails."""
+    # Imported here: `gpubring --help` does not pay for YAML and the inventory model.
+    from rich.console import Console
+
+    from gpubring import planning
+    from gpubring import versions as matrix
+    from gpubring.inventory import exit_with, load_or_exit
+
+    inv = load_or_exit(inventory, check_rules=False)
+    console = Console()
+    pinned = matrix.load_pinned()
+    if json_out is not None:
+        planning.write_json(planning.versions_document(inv, pinned), json_out, console)
+    if json_out != "-":
+        planning.render_versions(inv, pinned, console)
+    if inv.version_problems:
+        exit_with(list(inv.version_problems))

@@ -1,0 +1,385 @@
+"""The table of known inventory keys and the checks of their values.
+
+Known keys come from three places, read at run time so that roles gain inputs without a change here:
+
+- settings.yml: the cluster-wide `gpubring_*` settings;
+- roles/<role>/meta/argument_specs.yml (entry point `main`) of every role, plus the keys of the
+  role's defaults/main.yml (an input with a default is an input even before the spec declares it);
+- the `when` keys of the rules in versions.yml (typed from the value the rule compares with), so a
+  rule can name a role input before that role's spec declares it.
+
+A key named `gpubring_*`, or `<role>_*` for a role that exists, that no source declares is a typo:
+it is reported with a did-you-mean. Every other key (ansible_*, the user's own) passes.
+
+Cross-field checks register with `register_validator`; modules in the package
+`gpubring.validators` are imported before validation, so a role's check lives there.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from gpubring import paths
+
+if TYPE_CHECKING:
+    from gpubring.inventory import Inventory
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class Opaque(str):
+    """A value only Ansible can read (`!vault` ciphertext, `!unsafe` text): never type-checked."""
+
+    __slots__ = ("tag",)
+    tag: str
+
+
+class SafeLoader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """PyYAML's safe loader (libyaml when present) that also reads Ansible's `!vault` and `!unsafe`."""
+
+
+def _opaque(loader: yaml.SafeLoader, node: yaml.Node) -> Opaque:
+    value = Opaque(loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else "")
+    value.tag = node.tag
+    return value
+
+
+for _tag in ("!vault", "!unsafe"):
+    SafeLoader.add_constructor(_tag, _opaque)
+
+TYPES = ("str", "int", "float", "bool", "list", "dict", "path", "raw")
+# Ansible's other argument-spec types are accepted and not checked further.
+_LOOSE_TYPES = {"jsonarg": "raw", "json": "raw", "bytes": "raw", "bits": "raw", "sid": "raw"}
+_BOOL_STRINGS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One thing wrong with the input: the file, the key path in it and what was expected."""
+
+    file: str
+    key: str
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.key}: {self.expected}"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One declared key (or sub-option) with what its value must look like."""
+
+    name: str
+    type: str = "str"
+    elements: str | None = None
+    choices: tuple[Any, ...] | None = None
+    default: Any = None
+    required: bool = False
+    options: Mapping[str, Spec] | None = None
+    source: str = ""
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class SpecTable:
+    keys: Mapping[str, Spec]
+    roles: tuple[str, ...]
+    role_defaults: Mapping[str, Any] = field(default_factory=dict)
+    problems: tuple[Problem, ...] = ()
+
+    def defaults(self) -> dict[str, Any]:
+        """Every default: role defaults/main.yml, then declared defaults (settings.yml, specs)."""
+        out = dict(self.role_defaults)
+        out.update({k: s.default for k, s in self.keys.items() if s.default is not None})
+        return out
+
+    def namespace(self, key: str) -> str | None:
+        """`gpubring` or the role whose prefix the key carries; None for a free key."""
+        if key.startswith("gpubring_"):
+            return "gpubring"
+        best = None
+        for role in self.roles:
+            if key.startswith(role + "_") and (best is None or len(role) > len(best)):
+                best = role
+        return best
+
+    def unknown_message(self, key: str) -> str | None:
+        """None when the key is known or free; otherwise the 'expected' text of the problem."""
+        if key in self.keys:
+            return None
+        ns = self.namespace(key)
+        if ns is None:
+            return None
+        if ns == "gpubring":
+            where = "settings.yml"
+            pool = [k for k in self.keys if k.startswith("gpubring_")]
+        else:
+            where = f"roles/{ns}/meta/argument_specs.yml"
+            pool = [k for k in self.keys if self.namespace(k) == ns]
+        return f"unknown key, expected one declared in {where}{did_you_mean(key, pool)}"
+
+
+def did_you_mean(word: str, pool: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(pool), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _parse_spec(name: str, raw: Any, source: str) -> Spec:
+    if not isinstance(raw, Mapping):
+        raw = {}
+    typ = str(raw.get("type", "str"))
+    typ = _LOOSE_TYPES.get(typ, typ if typ in TYPES else "raw")
+    elements = raw.get("elements")
+    if elements is not None:
+        elements = _LOOSE_TYPES.get(str(elements), str(elements) if elements in TYPES else "raw")
+    choices = raw.get("choices")
+    sub = raw.get("options")
+    options = None
+    if isinstance(sub, Mapping) and sub:
+        options = _parse_options(sub, source)
+    description = raw.get("description", "")
+    if isinstance(description, list):
+        description = " ".join(str(d) for d in description)
+    return Spec(
+        name=name,
+        type=typ,
+        elements=elements,
+        choices=tuple(choices) if isinstance(choices, list) else None,
+        default=raw.get("default"),
+        required=bool(raw.get("required", False)),
+        options=options,
+        source=source,
+        description=str(description),
+    )
+
+
+def _parse_options(options: Mapping[Any, Any], source: str) -> dict[str, Spec]:
+    out: dict[str, Spec] = {}
+    for name, raw in options.items():
+        spec = _parse_spec(str(name), raw, source)
+        out[str(name)] = spec
+        aliases = raw.get("aliases") if isinstance(raw, Mapping) else None
+        for alias in aliases if isinstance(aliases, list) else []:
+            out[str(alias)] = spec
+    return out
+
+
+def _read_yaml(file: Path, rel: str, problems: list[Problem]) -> Any:
+    try:
+        return yaml.load(file.read_text(encoding="utf-8"), Loader=SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "file"
+        problems.append(Problem(rel, where, f"expected valid YAML ({exc.problem or exc})"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        problems.append(Problem(rel, "file", f"expected readable YAML ({exc})"))
+    return None
+
+
+def load_specs(root: Path | None = None) -> SpecTable:
+    """Read settings.yml, every role's argument spec and defaults, and the version rules' keys."""
+    root = root or paths.project_root()
+    return _load_specs_cached(root.resolve())
+
+
+_CACHE: dict[Path, SpecTable] = {}
+
+
+def _load_specs_cached(root: Path) -> SpecTable:
+    if root in _CACHE:
+        return _CACHE[root]
+    problems: list[Problem] = []
+    keys: dict[str, Spec] = {}
+    role_defaults: dict[str, Any] = {}
+    # The rules' `when` keys first: a role's or settings.yml's own declaration replaces them.
+    data = _read_yaml(root / "versions.yml", "versions.yml", problems)
+    rules = data.get("gpubring_version_rules") if isinstance(data, Mapping) else None
+    for rule in rules if isinstance(rules, list) else []:
+        when = rule.get("when") if isinstance(rule, Mapping) else None
+        for key, value in (when if isinstance(when, Mapping) else {}).items():
+            typ = "bool" if isinstance(value, bool) else "str" if isinstance(value, str) else "raw"
+            keys[str(key)] = Spec(name=str(key), type=typ, source=f"versions.yml rule {rule.get('id')}")
+    roles_dir = root / "roles"
+    roles = tuple(sorted(p.name for p in roles_dir.iterdir() if p.is_dir())) if roles_dir.is_dir() else ()
+    for role in roles:
+        rel = f"roles/{role}/meta/argument_specs.yml"
+        defaults_file = roles_dir / role / "defaults" / "main.yml"
+        if defaults_file.is_file():
+            defaults = _read_yaml(defaults_file, f"roles/{role}/defaults/main.yml", problems)
+            if isinstance(defaults, Mapping):
+                for key, value in defaults.items():
+                    role_defaults[str(key)] = value
+                    keys.setdefault(str(key), Spec(name=str(key), type="raw", source=rel))
+        spec_file = roles_dir / role / "meta" / "argument_specs.yml"
+        if not spec_file.is_file():
+            continue
+        before = len(problems)
+        spec_data = _read_yaml(spec_file, rel, problems)
+        if len(problems) > before:
+            continue
+        try:
+            options = spec_data["argument_specs"]["main"].get("options") or {}
+        except (TypeError, KeyError, AttributeError):
+            problems.append(Problem(rel, "argument_specs.main", "expected a mapping with options"))
+            continue
+        if not isinstance(options, Mapping):
+            problems.append(Problem(rel, "argument_specs.main.options", "expected a mapping"))
+            continue
+        keys.update(_parse_options(options, rel))
+    settings = _read_yaml(root / "settings.yml", "settings.yml", problems)
+    options = settings.get("options") if isinstance(settings, Mapping) else None
+    if isinstance(options, Mapping):
+        keys.update(_parse_options(options, "settings.yml"))
+    elif settings is not None:
+        problems.append(Problem("settings.yml", "options", "expected a mapping of gpubring_* settings"))
+    table = SpecTable(keys=keys, roles=roles, role_defaults=role_defaults, problems=tuple(problems))
+    _CACHE[root] = table
+    return table
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, Opaque) or (isinstance(value, str) and ("{{" in value or "{%" in value))
+
+
+def _show(value: Any) -> str:
+    text = (
+        repr(value)
+        if isinstance(value, str)
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_TYPE_WORDS = {
+    "str": "a string",
+    "path": "a path (string)",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean (true or false)",
+    "list": "a list",
+    "dict": "a mapping",
+}
+
+
+def _type_ok(typ: str, value: Any) -> bool:
+    if typ in ("str", "path"):
+        return isinstance(value, str | int | float) and not isinstance(value, bool)
+    if typ == "int":
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, float):
+            return value.is_integer()
+        return isinstance(value, int) or (isinstance(value, str) and value.strip().lstrip("+-").isdigit())
+    if typ == "float":
+        if isinstance(value, bool):
+            return False
+        if isinstance(value, str):
+            try:
+                float(value)
+            except ValueError:
+                return False
+            return True
+        return isinstance(value, int | float)
+    if typ == "bool":
+        return isinstance(value, bool) or (isinstance(value, str) and value.lower() in _BOOL_STRINGS)
+    if typ == "list":
+        return isinstance(value, list)
+    if typ == "dict":
+        return isinstance(value, Mapping)
+    return True
+
+
+def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
+    """(key path, expected text) for everything wrong with one value; empty when it fits the spec."""
+    if value is None or _templated(value) or spec.type == "raw":
+        return []
+    if not _type_ok(spec.type, value):
+        return [(path, f"expected {_TYPE_WORDS[spec.type]}, got {_show(value)}")]
+    out: list[tuple[str, str]] = []
+    if spec.type == "list":
+        for i, item in enumerate(value):
+            item_path = f"{path}[{i}]"
+            elements = spec.elements
+            if elements and elements != "raw" and not _templated(item) and not _type_ok(elements, item):
+                out.append((item_path, f"expected {_TYPE_WORDS[elements]}, got {_show(item)}"))
+                continue
+            if spec.choices is not None and item not in spec.choices and not _templated(item):
+                out.append(
+                    (item_path, f"expected one of {', '.join(map(str, spec.choices))}, got {_show(item)}")
+                )
+            if spec.options is not None and isinstance(item, Mapping):
+                out.extend(check_mapping(spec.options, item, item_path))
+        return out
+    if spec.choices is not None and value not in spec.choices:
+        choices = ", ".join(map(str, spec.choices))
+        out.append((path, f"expected one of {choices}, got {_show(value)}"))
+    if spec.type == "dict" and spec.options is not None:
+        out.extend(check_mapping(spec.options, value, path))
+    return out
+
+
+def check_mapping(options: Mapping[str, Spec], value: Mapping[Any, Any], path: str) -> list[tuple[str, str]]:
+    """Sub-options of a dict: unknown keys (with a did-you-mean), missing required ones, values."""
+    out: list[tuple[str, str]] = []
+    for key, item in value.items():
+        spec = options.get(str(key))
+        if spec is None:
+            out.append(
+                (
+                    f"{path}.{key}",
+                    f"unknown key, expected one of {', '.join(sorted(options))}"
+                    f"{did_you_mean(str(key), options)}",
+                )
+            )
+            continue
+        out.extend(check_value(spec, item, f"{path}.{key}"))
+    for name, spec in options.items():
+        if spec.required and name == spec.name and name not in value:
+            out.append((f"{path}.{name}", "expected this required key, it is missing"))
+    return out
+
+
+def check_key(table: SpecTable, key: str, value: Any, path: str) -> list[tuple[str, str]]:
+    """Problems of one top-level inventory variable: unknown key, or a value that does not fit."""
+    unknown = table.unknown_message(key)
+    if unknown is not None:
+        return [(path, unknown)]
+    spec = table.keys.get(key)
+    return check_value(spec, value, path) if spec is not None else []
+
+
+# Cross-field checks ------------------------------------------------------------------------------
+
+Validator = Callable[["Inventory"], list[Problem]]
+VALIDATORS: list[Validator] = []
+
+
+def register_validator(func: Validator) -> Validator:
+    """Decorator: run `func(inventory) -> list[Problem]` after the per-key checks of every load."""
+    if func not in VALIDATORS:
+        VALIDATORS.append(func)
+    return func
+
+
+_DISCOVERED = False
+
+
+def validators() -> list[Validator]:
+    """Every registered validator, after importing the modules of the package gpubring.validators."""
+    global _DISCOVERED  # noqa: PLW0603 - import the plug-in modules once per process
+    if not _DISCOVERED:
+        _DISCOVERED = True
+        package = importlib.import_module("gpubring.validators")
+        for info in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"gpubring.validators.{info.name}")
+    return list(VALIDATORS)

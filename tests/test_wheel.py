@@ -1,0 +1,78 @@
+"""The built wheel carries the Ansible content: install it in a fresh venv, run `gpubring plan` outside
+the checkout, and see the phases and roles that only the shipped playbooks can provide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (wheel,) = dist.glob("gpubring-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for shipped in (
+        "gpubring/project/playbooks/site.yml",
+        "gpubring/project/playbooks/platform.yml",
+        "gpubring/project/roles/nvidia_driver/meta/argument_specs.yml",
+        "gpubring/project/versions.yml",
+        "gpubring/project/settings.yml",
+        "gpubring/project/galaxy.yml",
+    ):
+        assert shipped in names, shipped
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    subprocess.run(
+        [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    gpubring = str(env_dir / "bin" / "gpubring")
+    sample = REPO / "inventories" / "prod"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([gpubring, *args], cwd=elsewhere, capture_output=True, text=True, check=False)
+
+    plan = run("plan", str(sample))
+    assert plan.returncode == 0, plan.stderr
+    for phase in ("preflight", "host", "cluster", "platform", "verify"):
+        assert any(line.lstrip().startswith(phase) for line in plan.stdout.splitlines()), phase
+    for role in ("nvidia_driver", "kubeadm_join", "gpu_operator", "verify"):
+        assert role in plan.stdout
+
+    as_json = run("plan", str(sample), "--json", "-")
+    assert as_json.returncode == 0, as_json.stderr
+    doc = json.loads(as_json.stdout)
+    site_packages = next((env_dir / "lib").glob("python*/site-packages"))
+    playbook_root = site_packages / "gpubring" / "project"
+    assert [p["phase"] for p in doc["phases"]] == ["preflight", "host", "cluster", "platform", "verify"]
+    assert (playbook_root / doc["phases"][1]["playbook"]).is_file()
+    assert doc["phases"][1]["plays"][1]["roles"] == [
+        "nvidia_driver",
+        "nvidia_container_toolkit",
+        "rdma",
+        "kubelet_topology",
+    ]
+
+    bad = run("plan", str(elsewhere))
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(f"error: {elsewhere}: hosts.yml: expected hosts.yml")
