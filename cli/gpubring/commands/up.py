@@ -1,0 +1,109 @@
+"""`gpubring up INVENTORY`: validate, then run the phases through ansible-runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from gpubring.exitcodes import ExitCode
+from gpubring.options import (
+    Accelerate,
+    Check,
+    Diff,
+    ExtraVars,
+    Forks,
+    FromPhase,
+    InventoryArg,
+    JsonReport,
+    Limit,
+    Only,
+    SkipTags,
+    Tags,
+    Verbose,
+)
+
+# For tests and playbook development: run phase playbooks (preflight.yml, ...) from another folder.
+PlaybooksDir = Annotated[Path | None, typer.Option("--playbooks-dir", hidden=True)]
+
+
+def _bad_input(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+
+
+def command(
+    inventory: InventoryArg,
+    *,
+    only: Only = None,
+    from_phase: FromPhase = None,
+    limit: Limit = None,
+    tags: Tags = None,
+    skip_tags: SkipTags = None,
+    check: Check = False,
+    diff: Diff = False,
+    extra_vars: ExtraVars = None,
+    forks: Forks = 10,
+    json_report: JsonReport = None,
+    accelerate: Accelerate = True,
+    verbose: Verbose = 0,
+    playbooks_dir: PlaybooksDir = None,
+) -> None:
+    """Bring the cluster up: preflight, host, cluster, platform, verify (or the phases asked for).
+
+    Validates the inventory first: bad input touches no host (exit 2).
+
+    Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled (Ctrl-C, SIGTERM).
+
+    Each run keeps its folder and report.json under INVENTORY/.gpubring/runs/ (see `gpubring runs`).
+    """
+    # Imported here: `gpubring --help` must not load the inventory model, rich's live view or ansible.
+    from rich.console import Console
+
+    from gpubring import report, runner, view
+    from gpubring.inventory import load_or_exit
+    from gpubring.phases import PHASES, resolve_pattern
+
+    inv = load_or_exit(inventory)
+    try:
+        selection = runner.select_phases(PHASES, only, from_phase, inv.phases, inv.phases_skipped_reason)
+        sources = runner.parse_extra_vars(extra_vars or [])
+    except (runner.PhaseError, runner.ExtraVarsError) as exc:
+        _bad_input(str(exc))
+    if limit and not limit.startswith("@") and not resolve_pattern(limit, inv.groups, list(inv.hosts)):
+        _bad_input(f"--limit {limit}: matches no host of this inventory")
+    if playbooks_dir is not None and not playbooks_dir.is_dir():
+        _bad_input(f"--playbooks-dir {playbooks_dir}: not a folder")
+
+    settings = runner.RunSettings(
+        inventory_root=inv.root,
+        hosts_file=inv.hosts_file,
+        command="up",
+        phases=selection.run,
+        phases_skipped=selection.skipped,
+        playbooks_dir=playbooks_dir,
+        versions=inv.versions,
+        extra_vars=sources,
+        limit=limit,
+        tags=tags,
+        skip_tags=skip_tags,
+        check=check,
+        diff=diff,
+        forks=forks,
+        verbosity=verbose,
+        accelerate=accelerate,
+    )
+    console = Console(highlight=False)
+    live = view.RunView(console)
+    mode = " (check mode)" if check else ""
+    live.intro(f"gpubring up {inventory}{mode}", selection.run, selection.skipped)
+    with live:
+        result = runner.run(settings, on_event=live.handle)
+    view.summary(console, result.report)
+    if json_report is not None:
+        try:
+            report.write_copy(result.report, json_report)
+        except OSError as exc:
+            typer.echo(f"error: --json {json_report}: {exc.strerror or exc}", err=True)
+    raise typer.Exit(code=int(result.exit_code))

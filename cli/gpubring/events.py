@@ -1,0 +1,410 @@
+"""Typed events of a run, parsed from ansible-runner's event dicts, and the state they fold into.
+
+`parse()` turns one ansible-runner event (the dicts its `event_handler` receives and its
+artifacts/<ident>/job_events/ hold) into one small frozen dataclass, or None for events nothing
+here needs. `RunState` folds those events into what the live view, the summary and the JSON report
+show: the current phase and play, each host's current task and counts, the failures, and where each
+host was when a run is cancelled. The view and the report read the same `RunState`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Status = Literal["ok", "changed", "failed", "unreachable", "skipped"]
+
+# ansible-runner's display callback replaces the result of a no_log task by {"censored": CENSORED}.
+CENSORED_MESSAGE = "output hidden (no_log: true)"
+MAX_MESSAGE = 4000
+
+
+@dataclass(frozen=True)
+class PlaybookStart:
+    playbook: str
+
+
+@dataclass(frozen=True)
+class PlayStart:
+    name: str
+    pattern: str
+    phase: str = ""
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    host: str
+    task: str
+    role: str = ""
+
+
+@dataclass(frozen=True)
+class HostResult:
+    host: str
+    task: str
+    status: Status
+    role: str = ""
+    message: str = ""
+    ignored: bool = False
+
+
+@dataclass(frozen=True)
+class HostCounts:
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    ignored: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "ok": self.ok,
+            "changed": self.changed,
+            "failed": self.failed,
+            "unreachable": self.unreachable,
+            "skipped": self.skipped,
+            "rescued": self.rescued,
+            "ignored": self.ignored,
+        }
+
+
+@dataclass(frozen=True)
+class PlaybookStats:
+    """The per-host recap of `playbook_on_stats` (ansible's own counts: ok includes changed)."""
+
+    hosts: Mapping[str, HostCounts]
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The run was cancelled (Ctrl-C, SIGTERM or a caller's cancel flag); emitted by the runner."""
+
+    reason: str = "cancelled"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the operator should read once (an accelerator fallback, for example)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Output:
+    """A block of ansible's own output, passed on when the run is verbose (-v)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AnsibleError:
+    """An error ansible printed outside any task (a syntax error, a missing role, bad options).
+
+    ansible prints such an error line by line; `continued` marks the line that says where (Origin).
+    """
+
+    text: str
+    continued: bool = False
+
+
+Event = (
+    PlaybookStart
+    | PlayStart
+    | TaskStart
+    | HostResult
+    | PlaybookStats
+    | Cancelled
+    | Notice
+    | Output
+    | AnsibleError
+)
+
+_RESULT_STATUS: dict[str, Status] = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_unreachable": "unreachable",
+    "runner_on_skipped": "skipped",
+}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ("" if value is None else str(value))
+
+
+def failure_message(res: Any) -> str:
+    """The message of a failed or unreachable result: `msg`, with stderr when it says more."""
+    if not isinstance(res, Mapping):
+        return ""
+    if "censored" in res:
+        return CENSORED_MESSAGE
+    msg = _text(res.get("msg")).strip()
+    results = res.get("results")
+    if isinstance(results, list):
+        for item in results:
+            if isinstance(item, Mapping) and (item.get("failed") or "censored" in item):
+                item_msg = failure_message(item)
+                label = _text(item.get("item", "")) if "censored" not in item else ""
+                detail = f"item {label}: {item_msg}" if label else item_msg
+                msg = f"{msg}: {detail}" if msg else detail
+                break
+    stderr = _text(res.get("stderr") or res.get("module_stderr")).strip()
+    if stderr and stderr not in msg:
+        msg = f"{msg}: {stderr}" if msg else stderr
+    if not msg:
+        stdout = _text(res.get("module_stdout") or res.get("stdout")).strip()
+        msg = stdout or "failed without a message"
+    if len(msg) > MAX_MESSAGE:
+        msg = msg[: MAX_MESSAGE - 1] + "…"
+    return msg
+
+
+def _stats(data: Mapping[str, Any]) -> PlaybookStats:
+    keys = {
+        "ok": "ok",
+        "changed": "changed",
+        "failures": "failed",
+        "dark": "unreachable",
+        "skipped": "skipped",
+        "rescued": "rescued",
+        "ignored": "ignored",
+    }
+    counts: dict[str, dict[str, int]] = {}
+    for source in ("processed", *keys):
+        per_host = data.get(source) or {}
+        if not isinstance(per_host, Mapping):
+            continue
+        for host, value in per_host.items():
+            row = counts.setdefault(str(host), {})
+            if source in keys:
+                row[keys[source]] = int(value)
+    return PlaybookStats(hosts={host: HostCounts(**row) for host, row in sorted(counts.items())})
+
+
+def parse(event: Mapping[str, Any]) -> Event | None:
+    """One ansible-runner event dict as a typed event, or None when nothing here needs it."""
+    kind = event.get("event")
+    data = event.get("event_data") or {}
+    if not isinstance(data, Mapping):
+        data = {}
+    if kind == "playbook_on_start":
+        return PlaybookStart(playbook=_text(data.get("playbook")))
+    if kind == "playbook_on_play_start":
+        pattern = _text(data.get("pattern") or data.get("play_pattern"))
+        name = _text(data.get("name") or data.get("play")).strip() or pattern
+        return PlayStart(name=name, pattern=pattern)
+    if kind == "runner_on_start":
+        return TaskStart(
+            host=_text(data.get("host")), task=_text(data.get("task")), role=_text(data.get("role"))
+        )
+    if kind in _RESULT_STATUS:
+        status = _RESULT_STATUS[kind]
+        res = data.get("res")
+        if status == "ok" and isinstance(res, Mapping) and res.get("changed"):
+            status = "changed"
+        message = failure_message(res) if status in ("failed", "unreachable") else ""
+        return HostResult(
+            host=_text(data.get("host")),
+            task=_text(data.get("task")),
+            role=_text(data.get("role")),
+            status=status,
+            message=message,
+            ignored=bool(data.get("ignore_errors")) and status == "failed",
+        )
+    if kind == "playbook_on_stats":
+        return _stats(data)
+    if kind in ("verbose", "error"):
+        line = _text(event.get("stdout")).strip()
+        if line.startswith(("[ERROR]", "ERROR!", "The command was not found or was not executable")):
+            return AnsibleError(text=line)
+        if line.startswith("Origin: "):
+            return AnsibleError(text=line, continued=True)
+    return None
+
+
+def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """Event dicts from JSON lines (a recorded stream), blank lines skipped."""
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@dataclass(frozen=True)
+class PhasePlay:
+    phase: str
+    play: str
+
+
+class PhaseTracker:
+    """Tells which phase a play belongs to, from the plays of each phase playbook in run order.
+
+    Plays start in the order the generated playbook imports them, so the tracker walks that list:
+    a play start matches the next expected play of that name; an unknown name keeps the phase.
+    """
+
+    def __init__(self, plays: Iterable[PhasePlay]) -> None:
+        self._plays = list(plays)
+        self._cursor = 0
+        self.phase = self._plays[0].phase if self._plays else ""
+
+    def play_started(self, event: PlayStart) -> PlayStart:
+        for index in range(self._cursor, len(self._plays)):
+            if self._plays[index].play == event.name:
+                self._cursor = index + 1
+                self.phase = self._plays[index].phase
+                break
+        return replace(event, phase=self.phase)
+
+
+@dataclass
+class HostState:
+    task: str = ""
+    role: str = ""
+    phase: str = ""
+    play: str = ""
+    done: bool = False
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+
+    def counts(self) -> HostCounts:
+        return HostCounts(
+            ok=self.ok,
+            changed=self.changed,
+            failed=self.failed,
+            unreachable=self.unreachable,
+            skipped=self.skipped,
+        )
+
+
+@dataclass(frozen=True)
+class Failure:
+    host: str
+    task: str
+    role: str
+    status: Status
+    message: str
+    phase: str
+    play: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "host": self.host,
+            "task": self.task,
+            "role": self.role,
+            "status": self.status,
+            "message": self.message,
+            "phase": self.phase,
+            "play": self.play,
+        }
+
+
+@dataclass
+class RunState:
+    """Everything the view and the report need, folded from the events of one run."""
+
+    phase: str = ""
+    play: str = ""
+    phases_started: list[str] = field(default_factory=list)
+    hosts: dict[str, HostState] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    stats: PlaybookStats | None = None
+    cancelled: bool = False
+    errors: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+    def host(self, name: str) -> HostState:
+        state = self.hosts.get(name)
+        if state is None:
+            state = self.hosts[name] = HostState()
+        return state
+
+    def apply(self, event: Event) -> None:
+        if isinstance(event, PlayStart):
+            self.play = event.name
+            if event.phase:
+                self.phase = event.phase
+                if not self.phases_started or self.phases_started[-1] != event.phase:
+                    self.phases_started.append(event.phase)
+        elif isinstance(event, TaskStart):
+            state = self.host(event.host)
+            state.task, state.role, state.phase, state.play = event.task, event.role, self.phase, self.play
+            state.done = False
+        elif isinstance(event, HostResult):
+            self._result(event)
+        elif isinstance(event, PlaybookStats):
+            self.stats = event
+        elif isinstance(event, Cancelled):
+            self.cancelled = True
+        elif isinstance(event, AnsibleError):
+            if event.continued and self.errors:
+                self.errors[-1] += f"\n{event.text}"
+            elif not event.continued:
+                self.errors.append(event.text)
+        elif isinstance(event, Notice):
+            self.notices.append(event.message)
+
+    def _result(self, event: HostResult) -> None:
+        state = self.host(event.host)
+        state.task, state.role = event.task or state.task, event.role or state.role
+        state.phase, state.play = state.phase or self.phase, state.play or self.play
+        state.done = True
+        if event.status in ("ok", "changed"):
+            state.ok += 1
+            state.changed += event.status == "changed"
+        elif event.status == "skipped":
+            state.skipped += 1
+        elif event.status == "unreachable":
+            state.unreachable += 1
+        elif not event.ignored:
+            state.failed += 1
+        if event.status in ("failed", "unreachable") and not event.ignored:
+            self.failures.append(
+                Failure(
+                    host=event.host,
+                    task=event.task,
+                    role=event.role,
+                    status=event.status,
+                    message=event.message,
+                    phase=self.phase,
+                    play=self.play,
+                )
+            )
+
+    def host_counts(self) -> dict[str, HostCounts]:
+        """Per-host counts: ansible's recap when the run reached it, else what the events showed."""
+        if self.stats is not None:
+            return dict(self.stats.hosts)
+        return {name: state.counts() for name, state in sorted(self.hosts.items())}
+
+    def final_failures(self) -> list[Failure]:
+        """The failures, without those of hosts the recap shows as recovered (a block's rescue)."""
+        if self.stats is None:
+            return list(self.failures)
+        recap = self.stats.hosts
+        return [
+            failure
+            for failure in self.failures
+            if failure.host not in recap or recap[failure.host].failed or recap[failure.host].unreachable
+        ]
+
+    def stopped_at(self) -> dict[str, Any]:
+        """Where the run was: the phase and play, and each host's last task."""
+        return {
+            "phase": self.phase,
+            "play": self.play,
+            "hosts": {
+                name: {
+                    "phase": state.phase,
+                    "play": state.play,
+                    "task": state.task,
+                    "role": state.role,
+                    "finished": state.done,
+                }
+                for name, state in sorted(self.hosts.items())
+                if state.task
+            },
+        }

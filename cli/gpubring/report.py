@@ -1,0 +1,141 @@
+"""The run report: one JSON document per run, written to <run folder>/report.json (and --json PATH).
+
+Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and their meaning:
+
+- command, inventory (its folder), hosts_file, run_folder, playbook: what ran where;
+- started, ended (UTC ISO 8601), duration_s;
+- status: ok | failed | unreachable | cancelled; exit_code: 0 | 1 | 4 | 3 (see gpubring.exitcodes);
+- phases: {"run": [...], "skipped": [{"phase", "reason"}]};
+- stats: {host: {ok, changed, failed, unreachable, skipped, rescued, ignored}} from ansible's recap
+  (`ok` counts changed tasks too, as ansible's recap does); totals: the same summed over hosts;
+- failures: [{host, task, role, status, message, phase, play}] (status failed or unreachable);
+- stopped_at: where a cancelled run was ({phase, play, hosts: {host: {phase, play, task, role,
+  finished}}}), null otherwise;
+- options: check, diff, limit, tags, skip_tags, forks, strategy, extra_vars (names only, never values);
+- errors: what ansible printed as an error outside any task; ansible_rc: ansible-playbook's exit status;
+- notices: what gpubring said once during the run (an accelerator fallback, for example).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpubring import __version__
+from gpubring.events import HostCounts, RunState
+from gpubring.exitcodes import ExitCode
+from gpubring.runstore import REPORT_NAME, write_private
+
+REPORT_FIELDS = (
+    "gpubring_version",
+    "command",
+    "inventory",
+    "hosts_file",
+    "run_folder",
+    "playbook",
+    "started",
+    "ended",
+    "duration_s",
+    "status",
+    "exit_code",
+    "ansible_rc",
+    "phases",
+    "stats",
+    "totals",
+    "failures",
+    "stopped_at",
+    "options",
+    "errors",
+    "notices",
+)
+COUNT_KEYS = ("ok", "changed", "failed", "unreachable", "skipped")
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What the report says about the run besides its events."""
+
+    command: str
+    inventory: Path
+    hosts_file: Path
+    run_folder: Path
+    playbook: str
+    started: datetime
+    ended: datetime
+    ansible_rc: int | None
+    phases_run: Sequence[str] = ()
+    phases_skipped: Sequence[tuple[str, str]] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def outcome(state: RunState, ansible_rc: int | None) -> tuple[str, ExitCode]:
+    """Status and exit code: cancelled (3) before unreachable (4) before failed (1), else ok (0)."""
+    if state.cancelled:
+        return "cancelled", ExitCode.CANCELLED
+    counts = state.host_counts()
+    if any(c.unreachable for c in counts.values()):
+        return "unreachable", ExitCode.UNREACHABLE
+    if any(c.failed for c in counts.values()) or state.final_failures() or state.errors:
+        return "failed", ExitCode.TASK_FAILED
+    if ansible_rc not in (0, None):
+        return "failed", ExitCode.TASK_FAILED
+    return "ok", ExitCode.OK
+
+
+def totals(counts: Mapping[str, HostCounts]) -> dict[str, int]:
+    summed = {key: 0 for key in HostCounts().as_dict()}
+    for row in counts.values():
+        for key, value in row.as_dict().items():
+            summed[key] += value
+    return summed
+
+
+def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
+    status, code = outcome(state, meta.ansible_rc)
+    counts = state.host_counts()
+    return {
+        "gpubring_version": __version__,
+        "command": meta.command,
+        "inventory": str(meta.inventory),
+        "hosts_file": str(meta.hosts_file),
+        "run_folder": str(meta.run_folder),
+        "playbook": meta.playbook,
+        "started": meta.started.isoformat(),
+        "ended": meta.ended.isoformat(),
+        "duration_s": round((meta.ended - meta.started).total_seconds(), 3),
+        "status": status,
+        "exit_code": int(code),
+        "ansible_rc": meta.ansible_rc,
+        "phases": {
+            "run": list(meta.phases_run),
+            "skipped": [{"phase": phase, "reason": reason} for phase, reason in meta.phases_skipped],
+        },
+        "stats": {host: row.as_dict() for host, row in counts.items()},
+        "totals": totals(counts),
+        "failures": [f.as_dict() for f in state.final_failures()],
+        "stopped_at": state.stopped_at() if state.cancelled else None,
+        "options": dict(meta.options),
+        "errors": list(state.errors),
+        "notices": list(state.notices),
+    }
+
+
+def dumps(report: Mapping[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+
+
+def write(report: Mapping[str, Any], run_folder: Path) -> Path:
+    """Write the report into its run folder (0600) and return the path."""
+    path = run_folder / REPORT_NAME
+    write_private(path, dumps(report))
+    return path
+
+
+def write_copy(report: Mapping[str, Any], path: Path) -> None:
+    """The --json PATH copy."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(report), encoding="utf-8")

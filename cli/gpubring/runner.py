@@ -1,0 +1,771 @@
+"""The ansible-runner wrapper: one run of a playbook (or of the phases asked for) on an inventory.
+
+`run()` gives each run its own absolute private_data_dir under
+<inventory root>/.gpubring/runs/<UTC timestamp>-<command>/ (mode 0700; see gpubring.runstore):
+
+    inventory/gpubring-defaults.yml  `all: vars:` with the default of every gpubring_* setting in
+                                     settings.yml: the first inventory source, so the inventory's
+                                     own group_vars/host_vars override the defaults
+    vars/gpubring_versions.json      the effective version matrix, passed with `-e @`
+    project/run.yml                  imports the phase playbooks asked for, in order (up)
+    env/settings                     ansible-runner settings (how often the cancel flag is read)
+    artifacts/<run>/                 ansible-runner's artifacts: command (environment scrubbed),
+                                     stdout, job_events/, rc, status
+    report.json                      the run report (gpubring.report)
+
+The inventory goes to ansible-runner as a list of absolute paths, never as a dict (GPU_NOTES 15).
+The operator's extra vars may hold secrets: they never go through ansible-runner's env/extravars
+or the command line; they are written to 0600 files in a private temporary folder outside the run
+folder, passed with `-e @file`, and removed when the run ends.
+
+Nothing in this module imports ansible or ansible_runner at module level.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata, util
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import yaml
+
+from gpubring import paths, report, runstore
+from gpubring.events import (
+    Cancelled,
+    Event,
+    Notice,
+    Output,
+    PhasePlay,
+    PhaseTracker,
+    PlayStart,
+    RunState,
+    parse,
+)
+from gpubring.exitcodes import ExitCode
+
+DEFAULT_FORKS = 10
+# Mitogen only checks a minimum ansible-core version (ansible_mitogen/loaders.py,
+# ANSIBLE_VERSION_MIN); its newer releases dropped the maximum. gpubring enables it only up to the
+# newest ansible-core line it was measured and tested with, unless Mitogen declares a maximum.
+MITOGEN_TESTED_MAX = (2, 19)
+MITOGEN_FALLBACK_MIN = (2, 10)
+MITOGEN_STRATEGY = "mitogen_linear"
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# How often (seconds) ansible-runner reads the cancel flag.
+CANCEL_POLL_S = 1
+
+ExtraVarsSource = Mapping[str, Any] | Path
+
+
+class ExtraVarsError(ValueError):
+    """An -e argument that cannot be used; the message says which and why."""
+
+
+class PhaseError(ValueError):
+    """Phases asked for that do not exist, or nothing left to run."""
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def parse_extra_vars(args: Sequence[str], base: Path | None = None) -> tuple[ExtraVarsSource, ...]:
+    """The -e arguments, in order: KEY=VALUE (several per argument, shell-quoted), a JSON/YAML
+    mapping, or @file (YAML or JSON). A vault-encrypted @file is passed through as a path for
+    ansible to decrypt. Raises ExtraVarsError before anything runs."""
+    sources: list[ExtraVarsSource] = []
+    for arg in args:
+        text = arg.strip()
+        if text.startswith("@"):
+            sources.append(_extra_vars_file(Path(text[1:]).expanduser(), base))
+        elif text.startswith("{"):
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ExtraVarsError(f"-e {_shorten(text)}: not a valid JSON/YAML mapping ({exc})") from None
+            if not isinstance(data, dict):
+                raise ExtraVarsError(f"-e {_shorten(text)}: expected a mapping")
+            sources.append(data)
+        else:
+            sources.append(_key_values(text))
+    return tuple(sources)
+
+
+def _shorten(text: str, limit: int = 40) -> str:
+    # An -e value may be a secret: error messages show only the start of what is not a KEY=VALUE.
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _key_values(text: str) -> dict[str, str]:
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ExtraVarsError(f"-e: cannot split {_shorten(text)!r}: {exc}") from None
+    if not tokens:
+        raise ExtraVarsError("-e: empty value; expected KEY=VALUE, a JSON mapping or @file")
+    values: dict[str, str] = {}
+    for token in tokens:
+        key, sep, value = token.partition("=")
+        if not sep or not key.isidentifier():
+            shown = key if sep else _shorten(token, 20)
+            raise ExtraVarsError(
+                f"-e: {shown!r} is not KEY=VALUE (KEY a variable name), a JSON mapping or @file"
+            )
+        values[key] = value
+    return values
+
+
+def _extra_vars_file(path: Path, base: Path | None) -> ExtraVarsSource:
+    if not path.is_absolute():
+        path = (base or Path.cwd()) / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ExtraVarsError(f"-e @{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ExtraVarsError(f"-e @{path}: cannot read it ({exc})") from None
+    if text.lstrip().startswith("$ANSIBLE_VAULT;"):
+        return path.resolve()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = ""
+        mark = getattr(exc, "problem_mark", None)
+        if mark is not None:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+        raise ExtraVarsError(f"-e @{path}: invalid YAML/JSON{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ExtraVarsError(f"-e @{path}: expected a mapping of variables, found {type(data).__name__}")
+    return data
+
+
+def extra_var_names(sources: Sequence[ExtraVarsSource]) -> list[str]:
+    names: list[str] = []
+    for source in sources:
+        keys = [f"@{source.name} (vault)"] if isinstance(source, Path) else [str(k) for k in source]
+        names.extend(k for k in keys if k not in names)
+    return names
+
+
+@dataclass(frozen=True)
+class PhaseSelection:
+    run: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def _phase_list(value: str, allowed: Sequence[str], option: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        shown = ", ".join(unknown) if unknown else "(empty)"
+        raise PhaseError(f"{option}: unknown phase {shown}; the phases are {', '.join(allowed)}")
+    return names
+
+
+def select_phases(
+    all_phases: Sequence[str],
+    only: str | None,
+    from_phase: str | None,
+    inventory_phases: Sequence[str],
+    inventory_reason: str = "",
+) -> PhaseSelection:
+    """The phases to run, in their fixed order, and every other one with the reason it is skipped."""
+    if only and from_phase:
+        raise PhaseError("--only and --from cannot be used together")
+    asked: list[str] = list(all_phases)
+    why_not = ""
+    if only:
+        asked = _phase_list(only, all_phases, "--only")
+        why_not = f"not asked for (--only {','.join(p for p in all_phases if p in asked)})"
+    elif from_phase:
+        start = _phase_list(from_phase, all_phases, "--from")
+        if len(start) != 1:
+            raise PhaseError(f"--from takes one phase; the phases are {', '.join(all_phases)}")
+        asked = list(all_phases[all_phases.index(start[0]) :])
+        why_not = f"not asked for (--from {start[0]})"
+    run: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for phase in all_phases:
+        if phase not in asked:
+            skipped.append((phase, why_not))
+        elif phase not in inventory_phases:
+            reason = inventory_reason.strip() or "not in this inventory's gpubring_phases"
+            skipped.append((phase, f"the inventory leaves it out: {reason}"))
+        else:
+            run.append(phase)
+    if not run:
+        detail = "; ".join(f"{p}: {r}" for p, r in skipped)
+        raise PhaseError(f"no phase left to run ({detail})")
+    return PhaseSelection(run=tuple(run), skipped=tuple(skipped))
+
+
+def setting_defaults(settings_file: Path | None = None) -> dict[str, Any]:
+    """The default of every gpubring_* setting declared in settings.yml."""
+    data = yaml.safe_load((settings_file or paths.settings_file()).read_text(encoding="utf-8")) or {}
+    options = data.get("options") or {}
+    return {
+        name: spec["default"]
+        for name, spec in options.items()
+        if isinstance(spec, dict) and "default" in spec
+    }
+
+
+# --- the accelerator ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    strategy: str
+    env: Mapping[str, str]
+    notice: str = ""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) or "0"
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break
+    return tuple(parts)
+
+
+def _mitogen_declared_range(loaders: Path) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    """ANSIBLE_VERSION_MIN (and MAX, when Mitogen declares one) read from ansible_mitogen/loaders.py
+    without importing it (importing it imports ansible)."""
+    found: dict[str, tuple[int, ...]] = {}
+    try:
+        tree = ast.parse(loaders.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError):
+        return MITOGEN_FALLBACK_MIN, None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name in ("ANSIBLE_VERSION_MIN", "ANSIBLE_VERSION_MAX"):
+                with suppress(ValueError, TypeError):
+                    value = ast.literal_eval(node.value)
+                    found[name] = tuple(int(v) for v in value)
+    return found.get("ANSIBLE_VERSION_MIN", MITOGEN_FALLBACK_MIN), found.get("ANSIBLE_VERSION_MAX")
+
+
+def accelerator(requested: bool, ansible_core: tuple[int, ...] | None = None) -> Accelerator:
+    """Mitogen's linear strategy when asked for, installed, and made for this ansible-core
+    (`ansible_core` defaults to the installed version, read without importing ansible)."""
+    linear = Accelerator(strategy="linear", env={})
+    if not requested:
+        return linear
+    spec = util.find_spec("ansible_mitogen")
+    if spec is None or spec.origin is None or util.find_spec("mitogen") is None:
+        return Accelerator(
+            "linear",
+            {},
+            "Mitogen is not installed (pip install 'gpubring[accel]'): using the linear strategy.",
+        )
+    package = Path(spec.origin).parent
+    strategy_dir = package / "plugins" / "strategy"
+    try:
+        core = ansible_core or _version_tuple(metadata.version("ansible-core"))
+    except metadata.PackageNotFoundError:
+        return Accelerator(
+            "linear", {}, "ansible-core is not installed as a package: using the linear strategy."
+        )
+    low, high = _mitogen_declared_range(package / "loaders.py")
+    high = high or MITOGEN_TESTED_MAX
+    shown = ".".join(map(str, core))
+    if (
+        not (tuple(low) <= core[:2] <= tuple(high)[:2])
+        or not (strategy_dir / f"{MITOGEN_STRATEGY}.py").is_file()
+    ):
+        rng = f"{'.'.join(map(str, low))} to {'.'.join(map(str, high))}"
+        return Accelerator(
+            "linear", {}, f"Mitogen is not enabled for ansible-core {shown} (it is for {rng}): using linear."
+        )
+    return Accelerator(
+        strategy=MITOGEN_STRATEGY,
+        env={"ANSIBLE_STRATEGY_PLUGINS": str(strategy_dir), "ANSIBLE_STRATEGY": MITOGEN_STRATEGY},
+    )
+
+
+# --- cancel ---------------------------------------------------------------------------------------
+
+
+class CancelFlag:
+    """Set by Ctrl-C, SIGTERM or a caller; read by ansible-runner's cancel_callback."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str = "cancelled") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    @contextmanager
+    def on_signals(self) -> Iterator[None]:
+        """While inside, SIGINT, SIGTERM and SIGHUP set the flag instead of killing gpubring (whose
+        death would leave ansible-playbook running on: ansible-runner starts it in its own session)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.set(f"{signal.Signals(signum).name} received")
+
+        previous = {sig: signal.signal(sig, handler) for sig in CANCEL_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+
+class _Reaper:
+    """Stops what ansible-runner's cancel leaves behind.
+
+    ansible-runner cancels by SIGKILL to ansible-playbook's process group, but ansible-core's
+    workers detach into sessions of their own (WorkerProcess._detach) and would go on running the
+    task they hold (a package install, a long pause) after the run is reported cancelled. When the
+    cancel starts, the reaper notes every descendant of this run's ansible-playbook (from /proc);
+    after ansible-runner returns it kills those still alive, and everything in their sessions.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.marker = str(folder)
+        self.seen: dict[int, int] = {}
+        self.sessions: set[int] = set()
+
+    @staticmethod
+    def _table() -> dict[int, tuple[int, int, int]]:
+        """pid -> (ppid, session id, start time) of every process, from /proc (empty elsewhere)."""
+        table: dict[int, tuple[int, int, int]] = {}
+        with suppress(OSError):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as handle:
+                        fields = handle.read().rsplit(")", 1)[1].split()
+                    table[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[19]))
+                except (OSError, IndexError, ValueError):
+                    continue
+        return table
+
+    def _is_ours(self, pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                return self.marker.encode() in handle.read()
+        except OSError:
+            return False
+
+    def snapshot(self) -> None:
+        table = self._table()
+        me = os.getpid()
+        roots = [pid for pid, (ppid, _, _) in table.items() if ppid == me and self._is_ours(pid)]
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        stack = list(roots)
+        while stack:
+            pid = stack.pop()
+            ppid, sid, start = table[pid]
+            self.seen[pid] = start
+            if sid == pid and pid not in roots:
+                self.sessions.add(sid)
+            stack.extend(children.get(pid, []))
+
+    def sweep(self) -> int:
+        table = self._table()
+        own_session = os.getsid(0)
+        victims = [
+            pid
+            for pid, (_, sid, start) in table.items()
+            if pid != os.getpid()
+            and ((self.seen.get(pid) == start) or (sid in self.sessions and sid != own_session))
+        ]
+        for pid in victims:
+            with suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return len(victims)
+
+
+# --- settings and result --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One run. Either `playbook` (run as is) or `phases` (imported from `playbooks_dir` in order)."""
+
+    inventory_root: Path
+    hosts_file: Path
+    command: str = "up"
+    playbook: Path | None = None
+    phases: tuple[str, ...] = ()
+    phases_skipped: tuple[tuple[str, str], ...] = ()
+    playbooks_dir: Path | None = None
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] | None = None
+    extra_vars: tuple[ExtraVarsSource, ...] = ()
+    limit: str | None = None
+    tags: str | None = None
+    skip_tags: str | None = None
+    check: bool = False
+    diff: bool = False
+    forks: int = DEFAULT_FORKS
+    verbosity: int = 0
+    accelerate: bool = True
+    keep_runs: int = runstore.DEFAULT_KEEP
+    run_folder: Path | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_folder: Path
+    report_path: Path
+    status: str
+    exit_code: ExitCode
+    report: Mapping[str, Any]
+    state: RunState
+
+
+# --- building the run folder ----------------------------------------------------------------------
+
+
+def plays_of(playbook: Path) -> list[str]:
+    """The play names of a playbook in run order, following import_playbook (for the phase tracker);
+    a play without a name is called by its hosts pattern, as ansible-runner's events call it."""
+    from gpubring.phases import PlaybookError, read_playbook
+
+    try:
+        specs = read_playbook(playbook)
+    except PlaybookError:
+        return []
+    return [(spec.name or spec.hosts_pattern).strip() for spec in specs]
+
+
+def _write_yaml(path: Path, header: str, data: Any) -> Path:
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
+    runstore.write_private(path, f"---\n{header}{body}")
+    return path
+
+
+def phase_playbooks(settings: RunSettings) -> list[tuple[str, Path]]:
+    base = (settings.playbooks_dir or paths.playbooks_dir()).resolve()
+    return [(phase, base / f"{phase}.yml") for phase in settings.phases]
+
+
+def _prepare(settings: RunSettings, folder: Path) -> tuple[Path, list[PhasePlay], list[Path]]:
+    """Write the generated files of the run folder; return the playbook, its plays and inventories."""
+    if settings.phases:
+        imports = phase_playbooks(settings)
+        missing = [str(p) for _, p in imports if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"phase playbook not found: {', '.join(missing)}")
+        playbook = _write_yaml(
+            folder / "project" / "run.yml",
+            "# Generated by gpubring for this run: the phases asked for, in order.\n",
+            [
+                {"name": f"Phase {phase}", "ansible.builtin.import_playbook": str(path)}
+                for phase, path in imports
+            ],
+        )
+        plays = [PhasePlay(phase, name) for phase, path in imports for name in plays_of(path)]
+    elif settings.playbook is not None:
+        (folder / "project").mkdir(mode=0o700, exist_ok=True)
+        playbook = settings.playbook.resolve()
+        plays = [PhasePlay("", name) for name in plays_of(playbook)]
+    else:
+        raise ValueError("RunSettings needs a playbook or phases")
+    defaults = settings.defaults if settings.defaults is not None else setting_defaults()
+    defaults_file = _write_yaml(
+        folder / "inventory" / "gpubring-defaults.yml",
+        "# Generated by gpubring: the default of every gpubring_* setting (settings.yml), as the\n"
+        "# first inventory source, so that the inventory's group_vars and host_vars override them.\n",
+        {"all": {"vars": dict(defaults)}},
+    )
+    # ansible-runner reads env/settings only from the file (a settings= argument is dropped when the
+    # file is missing); this one only says how often to read the cancel flag and to stay quiet.
+    env_dir = folder / "env"
+    env_dir.mkdir(mode=0o700, exist_ok=True)
+    (folder / "artifacts").mkdir(mode=0o700, exist_ok=True)
+    runstore.write_private(
+        env_dir / "settings", json.dumps({"pexpect_timeout": CANCEL_POLL_S, "suppress_ansible_output": True})
+    )
+    return playbook, plays, [defaults_file, settings.hosts_file.resolve()]
+
+
+def _cmdline(settings: RunSettings, folder: Path, private_dir: Path) -> str:
+    args: list[str] = []
+    if settings.versions:
+        versions = folder / "vars" / "gpubring_versions.json"
+        versions.parent.mkdir(mode=0o700, exist_ok=True)
+        runstore.write_private(versions, json.dumps({"gpubring_versions": settings.versions}, indent=2))
+        args += ["-e", f"@{versions}"]
+    for index, source in enumerate(settings.extra_vars):
+        if isinstance(source, Path):
+            args += ["-e", f"@{source}"]
+            continue
+        path = private_dir / f"extra-vars-{index}.json"
+        runstore.write_private(path, json.dumps(dict(source), default=str))
+        args += ["-e", f"@{path}"]
+    if settings.check:
+        args.append("--check")
+    if settings.diff:
+        args.append("--diff")
+    return shlex.join(args)
+
+
+def facts_dir(inventory_root: Path) -> Path:
+    """The inventory's fact cache, `<inventory>/.gpubring/facts` (0700)."""
+    folder = inventory_root.resolve() / ".gpubring" / "facts"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def _envvars(settings: RunSettings, accel: Accelerator) -> dict[str, str]:
+    root = paths.project_root()
+    env = {
+        # ansible-playbook from the same installation as gpubring (a venv that is not activated).
+        "PATH": os.pathsep.join(filter(None, (str(Path(sys.executable).parent), os.environ.get("PATH")))),
+        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
+        "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+        # ansible-runner turns host key checking off unless it is set: keep ansible's default, on.
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_PIPELINING": "True",
+        # Facts persist per inventory (GPU_NOTES item 2): a later `--only platform` or `--limit` run
+        # reads the GPU nodes' facts (gpu_facts: NICs, GPU models) from the cache and never needs
+        # facts of hosts outside the play; plays that gather always refresh their own hosts.
+        "ANSIBLE_CACHE_PLUGIN": "jsonfile",
+        "ANSIBLE_CACHE_PLUGIN_CONNECTION": str(facts_dir(settings.inventory_root)),
+        "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0",
+        "ANSIBLE_GATHERING": "implicit",
+        "ANSIBLE_DISPLAY_ARGS_TO_STDOUT": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_FORCE_COLOR": "False",
+        **accel.env,
+    }
+    cfg = root / "ansible.cfg"
+    if cfg.is_file():
+        env["ANSIBLE_CONFIG"] = str(cfg)
+    return env
+
+
+# ansible-runner records the whole environment in artifacts/<ident>/command; only these names (and
+# gpubring's own settings) are kept there, so no token exported in the operator's shell lands on disk.
+_RUNNER_ENV = frozenset(
+    {
+        "ANSIBLE_STDOUT_CALLBACK",
+        "ANSIBLE_CALLBACK_PLUGINS",
+        "ANSIBLE_RETRY_FILES_ENABLED",
+        "ANSIBLE_HOST_KEY_CHECKING",
+        "ANSIBLE_ROLES_PATH",
+        "AWX_ISOLATED_DATA_DIR",
+        "RUNNER_OMIT_EVENTS",
+        "RUNNER_ONLY_FAILED_EVENTS",
+    }
+)
+
+
+def _scrub_command_artifact(artifact_dir: Path, keep: Mapping[str, str]) -> None:
+    path = artifact_dir / "command"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    env = data.get("env") or {}
+    data["env"] = {k: v for k, v in sorted(env.items()) if k in keep or k in _RUNNER_ENV}
+    data["env_note"] = (
+        "gpubring keeps only the variables it sets; the rest of the environment is not recorded"
+    )
+    runstore.write_private(path, json.dumps(data, indent=2))
+
+
+def _owner_only(top: Path) -> None:
+    """Folders 0700 and files 0600 under `top` (ansible-runner leaves a few readable by others)."""
+    for dirpath, _dirnames, filenames in os.walk(top):
+        with suppress(OSError):
+            os.chmod(dirpath, 0o700)
+        for name in filenames:
+            with suppress(OSError):
+                os.chmod(os.path.join(dirpath, name), 0o600)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _Session:
+    """The callbacks ansible-runner calls during one run, and the state they fold events into."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        folder: Path,
+        plays: Sequence[PhasePlay],
+        envvars: Mapping[str, str],
+        *,
+        on_event: Callable[[Event], None] | None,
+        cancel: CancelFlag,
+    ) -> None:
+        self.settings = settings
+        self.state = RunState()
+        self.tracker = PhaseTracker(plays)
+        self.reaper = _Reaper(folder)
+        self.artifact_dir = folder / "artifacts" / folder.name
+        self.envvars = envvars
+        self.on_event = on_event
+        self.cancel = cancel
+
+    def emit(self, event: Event) -> None:
+        self.state.apply(event)
+        if self.on_event is None:
+            return
+        try:
+            self.on_event(event)
+        except Exception as exc:  # the display must not abandon a half-done run on its hosts
+            self.on_event = None
+            self.state.notices.append(f"the live view stopped ({exc!r}); the run went on")
+
+    def event_handler(self, raw: dict[str, Any]) -> bool:
+        event = parse(raw)
+        if isinstance(event, PlayStart):
+            event = self.tracker.play_started(event)
+        if self.settings.verbosity and raw.get("stdout"):
+            self.emit(Output(str(raw["stdout"])))
+        if event is not None:
+            self.emit(event)
+        return True
+
+    def status_handler(self, data: Mapping[str, Any], runner_config: Any = None) -> None:
+        if data.get("status") == "running":
+            _scrub_command_artifact(self.artifact_dir, self.envvars)
+
+    def cancel_callback(self) -> bool:
+        if not self.cancel.is_set():
+            return False
+        if not self.reaper.seen:
+            self.reaper.snapshot()
+        return True
+
+    def finish(self, runner_status: str) -> None:
+        if self.reaper.seen:
+            self.reaper.sweep()
+        _scrub_command_artifact(self.artifact_dir, self.envvars)
+        _owner_only(self.artifact_dir.parent)
+        if runner_status == "canceled" or (not runner_status and self.cancel.is_set()):
+            self.emit(Cancelled(self.cancel.reason or "cancelled"))
+
+
+def _options(settings: RunSettings, accel: Accelerator) -> dict[str, Any]:
+    return {
+        "check": settings.check,
+        "diff": settings.diff,
+        "limit": settings.limit,
+        "tags": settings.tags,
+        "skip_tags": settings.skip_tags,
+        "forks": settings.forks,
+        "strategy": accel.strategy,
+        "extra_vars": extra_var_names(settings.extra_vars),
+    }
+
+
+def run(
+    settings: RunSettings,
+    on_event: Callable[[Event], None] | None = None,
+    cancel: CancelFlag | None = None,
+) -> RunResult:
+    """Run the playbook (or phases) of `settings`; events go to `on_event` as they arrive.
+
+    Ctrl-C, SIGTERM and SIGHUP (when called from the main thread) and `cancel` stop the run; the
+    report is written to <run folder>/report.json in every case.
+    """
+    import ansible_runner
+
+    cancel = cancel or CancelFlag()
+    started = _now()
+    inventory_root = settings.inventory_root.resolve()
+    folder = settings.run_folder or runstore.new_run_folder(inventory_root, settings.command, started)
+    folder = folder.resolve()
+    runstore.prune(runstore.runs_dir(inventory_root), settings.keep_runs, protect=folder)
+    accel = accelerator(settings.accelerate)
+    playbook, plays, inventories = _prepare(settings, folder)
+    session = _Session(settings, folder, plays, _envvars(settings, accel), on_event=on_event, cancel=cancel)
+    if accel.notice:
+        session.emit(Notice(accel.notice))
+    private_dir = Path(tempfile.mkdtemp(prefix="gpubring-vars-"))
+    ansible_rc: int | None = None
+    runner_status = ""
+    try:
+        with cancel.on_signals():
+            runner = ansible_runner.run(
+                private_data_dir=str(folder),
+                ident=folder.name,
+                playbook=str(playbook),
+                inventory=[str(p) for p in inventories],
+                cmdline=_cmdline(settings, folder, private_dir),
+                envvars=dict(session.envvars),
+                limit=settings.limit,
+                tags=settings.tags,
+                skip_tags=settings.skip_tags,
+                forks=settings.forks,
+                verbosity=settings.verbosity or None,
+                quiet=True,
+                suppress_env_files=True,
+                rotate_artifacts=settings.keep_runs,
+                # Not "jsonfile": ansible-runner would point the cache into this run's artifacts.
+                fact_cache_type="memory",
+                event_handler=session.event_handler,
+                status_handler=session.status_handler,
+                cancel_callback=session.cancel_callback,
+            )
+            ansible_rc = runner.rc if isinstance(runner.rc, int) else None
+            runner_status = str(runner.status)
+    finally:
+        shutil.rmtree(private_dir, ignore_errors=True)
+        session.finish(runner_status)
+        meta = report.RunMeta(
+            command=settings.command,
+            inventory=inventory_root,
+            hosts_file=settings.hosts_file.resolve(),
+            run_folder=folder,
+            playbook=str(playbook),
+            started=started,
+            ended=_now(),
+            ansible_rc=ansible_rc,
+            phases_run=settings.phases,
+            phases_skipped=settings.phases_skipped,
+            options=_options(settings, accel),
+        )
+        data = report.build(session.state, meta)
+        report_path = report.write(data, folder)
+    status, code = report.outcome(session.state, ansible_rc)
+    return RunResult(
+        run_folder=folder,
+        report_path=report_path,
+        status=status,
+        exit_code=code,
+        report=data,
+        state=session.state,
+    )

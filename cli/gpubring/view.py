@@ -1,0 +1,236 @@
+"""What the operator sees: a live view while a run goes, then the summary.
+
+On a terminal, a rich Live table shows the current phase and play, each host's current task and its
+counts (ok / changed / failed / unreachable / skipped), with phase, play and failure lines printed
+above it. Elsewhere (CI logs, pipes) the same lines are printed plainly, one per phase, play start and
+failed or unreachable result. The view folds the same events as the report (events.RunState);
+`summary()` renders a report dict, so `gpubring runs RUN` shows a past run exactly as `up` did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from gpubring.events import (
+    AnsibleError,
+    Cancelled,
+    Event,
+    HostResult,
+    Notice,
+    Output,
+    PlayStart,
+    RunState,
+)
+
+COUNT_COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped")
+_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "magenta", "skipped": "cyan"}
+
+
+def skipped_lines(skipped: Sequence[tuple[str, str]], verb: str) -> list[str]:
+    """One line per reason: `skipping host, cluster: not asked for (--only preflight)`."""
+    by_reason: dict[str, list[str]] = {}
+    for phase, reason in skipped:
+        by_reason.setdefault(reason, []).append(phase)
+    return [f"{verb} {', '.join(phases)}: {reason}" for reason, phases in by_reason.items()]
+
+
+def _task_label(task: str, role: str) -> str:
+    return f"{role} : {task}" if role and task else task or role
+
+
+class RunView:
+    """Receives events (use `handle` as the runner's on_event) and draws them."""
+
+    def __init__(self, console: Console | None = None, live: bool | None = None) -> None:
+        self.console = console or Console(highlight=False)
+        self.live_enabled = self.console.is_terminal if live is None else live
+        self.state = RunState()
+        self._live: Live | None = None
+        self._phase = ""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def intro(self, title: str, phases_run: Sequence[str], phases_skipped: Sequence[tuple[str, str]]) -> None:
+        self.console.print(Text(title, style="bold"))
+        if phases_run:
+            self.console.print(Text(f"phases: {', '.join(phases_run)}"))
+        for line in skipped_lines(phases_skipped, "skipping"):
+            self.console.print(Text(line, style="dim"))
+
+    def __enter__(self) -> RunView:
+        if self.live_enabled:
+            self._live = Live(
+                get_renderable=self._render,
+                console=self.console,
+                refresh_per_second=4,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # -- events ------------------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        self.state.apply(event)
+        line = self._line(event)
+        if line is not None:
+            self.console.print(line)
+
+    def _line(self, event: Event) -> Text | None:
+        if isinstance(event, PlayStart):
+            text = Text()
+            if event.phase and event.phase != self._phase:
+                self._phase = event.phase
+                text.append(f"== phase {event.phase}\n", style="bold blue")
+            text.append(f"-- play: {event.name}", style="bold")
+            if event.pattern and event.pattern != event.name:
+                text.append(f" [{event.pattern}]", style="dim")
+            return text
+        if isinstance(event, HostResult) and event.status in ("failed", "unreachable"):
+            if event.ignored:
+                return Text(
+                    f"failed (ignored) {event.host}: {_task_label(event.task, event.role)}", style="dim"
+                )
+            label = "FAILED" if event.status == "failed" else "UNREACHABLE"
+            text = Text(f"{label} ", style=f"bold {_STYLE[event.status]}")
+            text.append(f"{event.host}: {_task_label(event.task, event.role)}: ", style="bold")
+            text.append(event.message)
+            return text
+        if isinstance(event, Notice):
+            return Text(f"note: {event.message}", style="yellow")
+        if isinstance(event, AnsibleError):
+            return Text(event.text, style="red")
+        if isinstance(event, Cancelled):
+            return Text(f"cancelling ({event.reason}): stopping ansible…", style="bold yellow")
+        if isinstance(event, Output):
+            return Text(event.text.replace("\r\n", "\n").strip("\n"))
+        return None
+
+    # -- live table --------------------------------------------------------------------------------
+
+    def _render(self) -> RenderableType:
+        state = self.state
+        header = Text()
+        header.append(f"phase {state.phase or '-'}", style="bold blue")
+        header.append(f"  play {state.play or '-'}", style="bold")
+        table = Table(box=None, pad_edge=False, expand=False)
+        table.add_column("host", no_wrap=True)
+        table.add_column("task", overflow="ellipsis", no_wrap=True, max_width=60)
+        for name in COUNT_COLUMNS:
+            table.add_column(name, justify="right", style=_STYLE[name])
+        room = max(self.console.height - 6, 3)
+        hosts = sorted(state.hosts.items(), key=lambda kv: (-(kv[1].failed + kv[1].unreachable), kv[0]))
+        for name, host in hosts[:room]:
+            table.add_row(
+                name,
+                _task_label(host.task, host.role),
+                *(str(getattr(host, col)) for col in COUNT_COLUMNS),
+            )
+        parts: list[RenderableType] = [header, table]
+        if len(hosts) > room:
+            parts.append(Text(f"… and {len(hosts) - room} more hosts", style="dim"))
+        return Group(*parts)
+
+
+# --- the summary (from a report dict) -------------------------------------------------------------
+
+
+def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
+    table = Table(title="per host (ansible's recap: ok includes changed)", title_justify="left")
+    table.add_column("host", no_wrap=True)
+    for name in COUNT_COLUMNS:
+        table.add_column(name, justify="right")
+    for host, row in stats.items():
+        cells = []
+        for name in COUNT_COLUMNS:
+            value = int(row.get(name, 0))
+            cells.append(Text(str(value), style=_STYLE[name] if value and name != "ok" else ""))
+        table.add_row(host, *cells)
+    return table
+
+
+def summary(console: Console, report: Mapping[str, Any]) -> None:
+    """Print the summary of a run report: per-host table, failures, where it stopped, the verdict."""
+    stats = report.get("stats") or {}
+    if stats:
+        console.print(summary_table(stats))
+    else:
+        console.print(Text("no host ran a task", style="dim"))
+    failures = report.get("failures") or []
+    if failures:
+        console.print(Text(f"{len(failures)} failure(s):", style="bold red"))
+        for failure in failures:
+            where = " / ".join(p for p in (failure.get("phase"), failure.get("play")) if p)
+            head = Text(f"  {failure.get('status', 'failed').upper()} ", style="bold red")
+            head.append(
+                f"{failure.get('host')}: {_task_label(failure.get('task', ''), failure.get('role', ''))}"
+            )
+            if where:
+                head.append(f"  ({where})", style="dim")
+            console.print(head)
+            console.print(Text(f"    {failure.get('message', '')}"))
+    for error in report.get("errors") or []:
+        console.print(Text(error, style="red"))
+    stopped = report.get("stopped_at")
+    if stopped:
+        console.print(
+            Text(
+                f"stopped in phase {stopped.get('phase') or '-'}, play {stopped.get('play') or '-'}:",
+                style="bold yellow",
+            )
+        )
+        for host, where in (stopped.get("hosts") or {}).items():
+            state = "after" if where.get("finished") else "during"
+            console.print(
+                Text(f"  {host}: {state} {_task_label(where.get('task', ''), where.get('role', ''))}")
+            )
+    skipped = (report.get("phases") or {}).get("skipped") or []
+    pairs = [(str(item.get("phase")), str(item.get("reason"))) for item in skipped]
+    for line in skipped_lines(pairs, "skipped"):
+        console.print(Text(line, style="dim"))
+    totals = report.get("totals") or {}
+    verdict = Text()
+    status = str(report.get("status", "?"))
+    verdict.append(f"{status} (exit {report.get('exit_code')})", style="bold " + _verdict_style(status))
+    verdict.append(
+        f" · {len(stats)} host(s) · changed {totals.get('changed', 0)} · failed {totals.get('failed', 0)}"
+        f" · unreachable {totals.get('unreachable', 0)} · {report.get('duration_s', 0)} s"
+    )
+    console.print(verdict)
+    if report.get("run_folder"):
+        console.print(Text(f"run folder: {report['run_folder']}", style="dim"))
+
+
+def _verdict_style(status: str) -> str:
+    return {"ok": "green", "failed": "red", "unreachable": "magenta", "cancelled": "yellow"}.get(status, "")
+
+
+def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """The `gpubring runs` list: one row per run, newest first."""
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "started", "command", "status", "duration", "changed per host"):
+        table.add_column(column, no_wrap=column != "changed per host")
+    for row in rows:
+        status = str(row.get("status", ""))
+        table.add_row(
+            str(row.get("run", "")),
+            str(row.get("started", "")),
+            str(row.get("command", "")),
+            Text(status, style=_verdict_style(status)),
+            str(row.get("duration", "")),
+            str(row.get("changed", "")),
+        )
+    return table

@@ -1,0 +1,186 @@
+"""Event parsing and folding, fed from a recorded ansible-runner event stream.
+
+tests/fixtures/events/mixed.jsonl was recorded by tests/data/record_events.py: ansible-runner ran
+tests/data/playbooks/mixed.yml on localhost (ok in a role, changed, skipped, failed) and on a host
+nobody answers for (unreachable).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpubring import events, report
+from gpubring.events import (
+    AnsibleError,
+    HostCounts,
+    HostResult,
+    PhasePlay,
+    PhaseTracker,
+    PlaybookStart,
+    PlaybookStats,
+    PlayStart,
+    RunState,
+    TaskStart,
+)
+from gpubring.exitcodes import ExitCode
+
+FIXTURE = Path(__file__).parent / "fixtures" / "events" / "mixed.jsonl"
+
+
+@pytest.fixture(scope="module")
+def raw_events() -> list[dict[str, Any]]:
+    return events.load_events(FIXTURE.read_text(encoding="utf-8").splitlines())
+
+
+@pytest.fixture(scope="module")
+def parsed(raw_events: list[dict[str, Any]]) -> list[events.Event]:
+    return [e for e in (events.parse(raw) for raw in raw_events) if e is not None]
+
+
+def test_recorded_stream_parses_into_typed_events(parsed: list[events.Event]) -> None:
+    assert parsed[0] == PlaybookStart(playbook="mixed.yml")
+    assert parsed[1] == PlayStart(name="Mixed results", pattern="all")
+    assert TaskStart(host="localhost", task="Say hello", role="hello") in parsed
+    results = [e for e in parsed if isinstance(e, HostResult)]
+    per_host: dict[str, list[tuple[str, str, str]]] = {}
+    for r in results:
+        per_host.setdefault(r.host, []).append((r.task, r.status, r.role))
+    assert per_host == {
+        "localhost": [
+            ("Say hello", "ok", "hello"),
+            ("Change something", "changed", ""),
+            ("Never runs", "skipped", ""),
+            ("Break on purpose", "failed", ""),
+        ],
+        "nobody": [("Say hello", "ok", "hello"), ("Change something", "unreachable", "")],
+    }
+    failed = next(r for r in results if r.status == "failed")
+    assert failed.message == "gpubring-test failure message"
+    assert not failed.ignored
+    unreachable = next(r for r in results if r.status == "unreachable")
+    assert "port 1: Connection refused" in unreachable.message
+
+
+def test_recorded_stats(parsed: list[events.Event]) -> None:
+    stats = parsed[-1]
+    assert isinstance(stats, PlaybookStats)
+    assert stats.hosts == {
+        "localhost": HostCounts(ok=2, changed=1, failed=1, skipped=1),
+        "nobody": HostCounts(ok=1, unreachable=1),
+    }
+
+
+def test_fold_gives_failures_counts_and_position(parsed: list[events.Event]) -> None:
+    state = RunState()
+    for event in parsed:
+        state.apply(event)
+    assert sorted((f.host, f.task, f.status) for f in state.final_failures()) == [
+        ("localhost", "Break on purpose", "failed"),
+        ("nobody", "Change something", "unreachable"),
+    ]
+    live = state.hosts["localhost"]
+    assert (live.ok, live.changed, live.failed, live.skipped) == (2, 1, 1, 1)
+    assert state.host_counts()["localhost"].failed == 1
+    stopped = state.stopped_at()
+    assert stopped["play"] == "Mixed results"
+    assert stopped["hosts"]["localhost"]["task"] == "Break on purpose"
+    assert stopped["hosts"]["localhost"]["finished"] is True
+    # unreachable outranks a failed task
+    assert report.outcome(state, 4) == ("unreachable", ExitCode.UNREACHABLE)
+
+
+def test_outcome_precedence() -> None:
+    failed = HostResult(host="h", task="t", status="failed", message="boom")
+    down = HostResult(host="g", task="t", status="unreachable", message="no route")
+    state = RunState()
+    state.apply(failed)
+    assert report.outcome(state, 2) == ("failed", ExitCode.TASK_FAILED)
+    state.apply(down)
+    assert report.outcome(state, 4) == ("unreachable", ExitCode.UNREACHABLE)
+    state.apply(events.Cancelled("SIGTERM received"))
+    assert report.outcome(state, 254) == ("cancelled", ExitCode.CANCELLED)
+    assert report.outcome(RunState(), 0) == ("ok", ExitCode.OK)
+    # ansible failing before any task (a syntax error) is a failure too
+    assert report.outcome(RunState(), 4) == ("failed", ExitCode.TASK_FAILED)
+
+
+def test_ignored_and_rescued_failures_are_not_failures() -> None:
+    state = RunState()
+    state.apply(HostResult(host="h", task="probe", status="failed", message="x", ignored=True))
+    assert state.failures == []
+    state.apply(HostResult(host="h", task="in block", status="failed", message="y"))
+    state.apply(PlaybookStats(hosts={"h": HostCounts(ok=3, rescued=1)}))
+    assert len(state.failures) == 1
+    assert state.final_failures() == []
+    assert report.outcome(state, 0) == ("ok", ExitCode.OK)
+
+
+def _raw(kind: str, **data: Any) -> dict[str, Any]:
+    return {"event": kind, "event_data": data}
+
+
+def test_failure_messages() -> None:
+    censored = _raw("runner_on_failed", host="h", task="t", res={"censored": "hidden"})
+    result = events.parse(censored)
+    assert isinstance(result, HostResult)
+    assert result.message == events.CENSORED_MESSAGE
+    cmd = events.parse(
+        _raw("runner_on_failed", host="h", task="t", res={"msg": "non-zero return code", "stderr": "E: nope"})
+    )
+    assert isinstance(cmd, HostResult)
+    assert cmd.message == "non-zero return code: E: nope"
+    loop = {
+        "msg": "One or more items failed",
+        "results": [{"item": "a", "failed": False}, {"item": "b", "failed": True, "msg": "bad b"}],
+    }
+    assert events.failure_message(loop) == "One or more items failed: item b: bad b"
+    hidden_loop = {"msg": "One or more items failed", "results": [{"censored": "hidden"}]}
+    assert events.failure_message(hidden_loop) == f"One or more items failed: {events.CENSORED_MESSAGE}"
+    assert events.failure_message({"module_stdout": "Traceback ..."}) == "Traceback ..."
+    assert events.failure_message({}) == "failed without a message"
+    assert len(events.failure_message({"msg": "x" * 10000})) == events.MAX_MESSAGE
+
+
+def test_changed_ok_skipped_and_ignored_results() -> None:
+    changed = events.parse(_raw("runner_on_ok", host="h", task="t", res={"changed": True}))
+    assert isinstance(changed, HostResult) and changed.status == "changed"
+    ignored = events.parse(_raw("runner_on_failed", host="h", task="t", res={"msg": "m"}, ignore_errors=True))
+    assert isinstance(ignored, HostResult) and ignored.ignored
+    assert events.parse(_raw("runner_item_on_ok", host="h", task="t", res={})) is None
+    assert events.parse({"event": "playbook_on_no_hosts_matched"}) is None
+
+
+def test_ansible_errors_outside_tasks() -> None:
+    state = RunState()
+    for line in ("[ERROR]: the role 'nope' was not found", "Origin: /p/site.yml:5:7", "3   hosts: all"):
+        parsed = events.parse({"event": "verbose", "stdout": line})
+        if parsed is not None:
+            state.apply(parsed)
+    assert state.errors == ["[ERROR]: the role 'nope' was not found\nOrigin: /p/site.yml:5:7"]
+    assert events.parse({"event": "verbose", "stdout": "ERROR! old style"}) == AnsibleError(
+        "ERROR! old style"
+    )
+    assert report.outcome(state, 1) == ("failed", ExitCode.TASK_FAILED)
+
+
+def test_phase_tracker_follows_the_import_order() -> None:
+    tracker = PhaseTracker(
+        [
+            PhasePlay("preflight", "Preflight checks on every host"),
+            PhasePlay("host", "Setup"),
+            PhasePlay("cluster", "Setup"),
+            PhasePlay("cluster", "Join"),
+        ]
+    )
+    assert tracker.play_started(PlayStart("Preflight checks on every host", "all")).phase == "preflight"
+    assert tracker.play_started(PlayStart("Setup", "all")).phase == "host"
+    assert tracker.play_started(PlayStart("Setup", "all")).phase == "cluster"
+    # a name the playbooks do not have (templated, say) keeps the current phase
+    assert tracker.play_started(PlayStart("Something else", "all")).phase == "cluster"
+    assert tracker.play_started(PlayStart("Join", "workers")).phase == "cluster"
+    state = RunState()
+    for phase, name in (("preflight", "a"), ("host", "b"), ("host", "c")):
+        state.apply(PlayStart(name, "all", phase))
+    assert state.phases_started == ["preflight", "host"]
