@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Run `molecule test` for every scenario under molecule/ (each folder with a molecule.yml), or for
+# the scenarios named on the command line, one after the other; a failure does not stop the others.
+#
+#   scripts/molecule-all.sh [SCENARIO...]
+#
+# First it makes sure of what the scenarios need: a Docker engine (scripts/engine.sh), the test-host
+# images they use (MOLECULE_DISTRO when set; otherwise each scenario's default: debian12 from the
+# shared base, or the one its molecule.yml names), which molecule/images/build.sh rebuilds only when
+# their recipe changed, and the collection link that makes gpubring.core resolve to this checkout.
+#
+# Prints one result line per scenario and ends with exactly one line `N passed, N failed`; exits 1
+# when any scenario failed. Each scenario's full output goes to $GPUBRING_MOLECULE_LOGS/<name>.log
+# (default .gpubring/molecule/); the tail of a failed one is printed. GPUBRING_MOLECULE_STREAM=1
+# prints the full output as it runs as well.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 2
+DISTRO_NOTE=${MOLECULE_DISTRO:+MOLECULE_DISTRO=$MOLECULE_DISTRO}
+DISTRO_NOTE=${DISTRO_NOTE:-the default distro of each scenario}
+LOGS=${GPUBRING_MOLECULE_LOGS:-$ROOT/.gpubring/molecule}
+STREAM=${GPUBRING_MOLECULE_STREAM:-0}
+
+if [[ -x $ROOT/.venv/bin/molecule ]]; then
+  # Molecule runs ansible-playbook from PATH: use the checkout's virtualenv throughout.
+  export PATH="$ROOT/.venv/bin:$PATH"
+  PYTHON=$ROOT/.venv/bin/python
+else
+  PYTHON=python3
+fi
+# Scenarios live in molecule/<name>/. Molecule 26 finds them there from the repository root only as a
+# fallback (galaxy.yml makes it look for extensions/molecule/ first, with a warning): say so.
+export MOLECULE_GLOB=${MOLECULE_GLOB:-molecule/*/molecule.yml}
+command -v molecule >/dev/null || { echo "molecule-all: error: molecule is not installed (pip install -e '.[test]')" >&2; exit 2; }
+
+# The scenarios: those named, or every molecule/*/molecule.yml.
+scenarios=()
+if (($#)); then
+  scenarios=("$@")
+else
+  for f in molecule/*/molecule.yml; do
+    [[ -f $f ]] && scenarios+=("$(basename "$(dirname "$f")")")
+  done
+fi
+if ((${#scenarios[@]} == 0)); then
+  echo "molecule-all: no scenario under molecule/"
+  echo "0 passed, 0 failed"
+  exit 0
+fi
+
+finish() {
+  local passed=$1 failed=$2
+  echo "$passed passed, $failed failed"
+  ((failed == 0))
+  exit $?
+}
+
+# The test-host images the scenarios use: MOLECULE_DISTRO, or each scenario's default.
+needed_distros() {
+  if [[ -n ${MOLECULE_DISTRO:-} ]]; then
+    echo "$MOLECULE_DISTRO"
+    return
+  fi
+  local name file
+  for name in "${scenarios[@]}"; do
+    file=molecule/$name/molecule.yml
+    [[ -f $file ]] || continue
+    if grep -q 'gpubring-testhost:' "$file"; then
+      grep -oE 'gpubring-testhost:(\$\{MOLECULE_DISTRO:-)?[a-z0-9]+' "$file" | sed -E 's/.*[:-]//'
+    else
+      echo debian12 # the shared base's default (.config/molecule/config.yml)
+    fi
+  done | sort -u
+}
+
+# What every scenario needs; when it cannot be had, every scenario counts as failed.
+images_ok=true
+"$ROOT/scripts/engine.sh" || images_ok=false
+if $images_ok; then
+  for distro in $(needed_distros); do
+    "$ROOT/molecule/images/build.sh" "$distro" || images_ok=false
+  done
+fi
+if ! $images_ok; then
+  echo "molecule-all: error: no Docker engine or no test-host image: no scenario ran" >&2
+  for name in "${scenarios[@]}"; do echo "FAIL  $name (not run)"; done
+  finish 0 "${#scenarios[@]}"
+fi
+"$PYTHON" -c 'from gpubring.paths import collections_path; collections_path()' || {
+  echo "molecule-all: error: cannot link the collection gpubring.core (is gpubring installed in the venv?)" >&2
+  finish 0 "${#scenarios[@]}"
+}
+
+mkdir -p "$LOGS"
+passed=0
+failed=0
+results=()
+for name in "${scenarios[@]}"; do
+  log=$LOGS/$name.log
+  if [[ ! -f molecule/$name/molecule.yml ]]; then
+    results+=("FAIL  $name (no molecule/$name/molecule.yml)")
+    failed=$((failed + 1))
+    echo "${results[-1]}"
+    continue
+  fi
+  echo "molecule-all: $name (log: ${log#"$ROOT"/})"
+  start=$SECONDS
+  if [[ $STREAM == 1 ]]; then
+    molecule test -s "$name" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+  else
+    molecule test -s "$name" >"$log" 2>&1
+    rc=$?
+  fi
+  took=$((SECONDS - start))
+  if ((rc == 0)); then
+    results+=("PASS  $name (${took}s)")
+    passed=$((passed + 1))
+  else
+    results+=("FAIL  $name (${took}s, exit $rc, log: ${log#"$ROOT"/})")
+    failed=$((failed + 1))
+    if [[ $STREAM != 1 ]]; then
+      echo "---- last lines of ${log#"$ROOT"/} ----"
+      sed 's/\x1b\[[0-9;]*m//g' "$log" | tail -n 40
+      echo "----"
+    fi
+  fi
+  echo "${results[-1]}"
+done
+
+echo "molecule-all: results ($DISTRO_NOTE):"
+printf '  %s\n' "${results[@]}"
+finish "$passed" "$failed"
