@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner, Result
+
 from gpubring import probe
 from gpubring.app import app
 from gpubring.inventory import load_inventory
 from sshd import KeyPair, Sshd, free_port, require_sshd
-from typer.testing import CliRunner, Result
 
 runner = CliRunner()
 

@@ -37,10 +37,11 @@ import jinja2
 import kubernetes_validate
 import pytest
 import yaml
-from gpubring import paths, releases
-from gpubring.inventory import Inventory, InventoryError, load_inventory
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
+
+from gpubring import paths, releases
+from gpubring.inventory import Inventory, InventoryError, load_inventory
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "inventories" / "prod"

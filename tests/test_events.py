@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from gpubring import events, report
 from gpubring.events import (
     AnsibleError,

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
 from gpubring.paths import collections_path, project_root
 
 BIN = Path(sys.executable).parent

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
 from gpubring.paths import collections_path
 
 HW = Path(__file__).parent / "fixtures" / "hw"

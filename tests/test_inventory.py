@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
+
 from gpubring import specs
 from gpubring.app import app
 from gpubring.inventory import InventoryError, Problem, expand_host_range, load_inventory
-from typer.testing import CliRunner, Result
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
+
 from gpubring import paths, planning
 from gpubring.app import app
 from gpubring.inventory import load_inventory
 from gpubring.phases import PHASES, PlaybookError, plan_phases, read_playbook, resolve_pattern, short_role
-from typer.testing import CliRunner, Result
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 

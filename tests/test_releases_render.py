@@ -18,12 +18,13 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-import upstream
 import yaml
-from gpubring.inventory import InventoryError, load_inventory
-from gpubring.releases import Release, ReleaseRenderError, plan_releases
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
+
+import upstream
+from gpubring.inventory import InventoryError, load_inventory
+from gpubring.releases import Release, ReleaseRenderError, plan_releases
 
 REPO = Path(__file__).resolve().parent.parent
 INVENTORIES = {

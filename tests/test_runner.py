@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpubring import report, runner, runstore
 from gpubring.events import Event, TaskStart
 from gpubring.exitcodes import ExitCode

@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from gpubring import events, report, runstore
 from gpubring.app import app
-from typer.testing import CliRunner
 
 FIXTURE = Path(__file__).parent / "fixtures" / "events" / "mixed.jsonl"
 START = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)

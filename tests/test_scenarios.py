@@ -13,10 +13,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
 from gpubring import scenarios
 from gpubring.commands.dev import app
 from gpubring.paths import project_root
-from typer.testing import CliRunner
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "test",

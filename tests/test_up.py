@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from gpubring.app import app
 from typer.testing import CliRunner
+
+from gpubring.app import app
 
 DATA = Path(__file__).parent / "data"
 TEST_PHASES = DATA / "phases"

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
+
 from gpubring import versions
 from gpubring.app import app
 from gpubring.inventory import InventoryError, load_inventory
-from typer.testing import CliRunner, Result
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
