@@ -8,7 +8,7 @@ from __future__ import annotations
 import typer
 
 from gpubring import __version__
-from gpubring.commands import check, dev, lab, plan, runs, up, versions
+from gpubring.commands import check, dev, lab, node, plan, runs, up, versions
 
 app = typer.Typer(
     name="gpubring",
@@ -27,6 +27,7 @@ app.command("versions")(versions.command)
 app.command("runs")(runs.command)
 app.add_typer(lab.app, name="lab")
 app.add_typer(dev.app, name="dev")
+app.add_typer(node.app, name="node")
 
 
 def _version(value: bool) -> None:

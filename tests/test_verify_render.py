@@ -1,0 +1,317 @@
+"""The verify role's cluster smoke tests, proven by rendering: they need a cluster with GPUs to run.
+
+Every template under roles/verify/templates/smoke/ is rendered for the sample inventory and the two
+variant inventories of tests/data/inventories (MIG + time-slicing + Volcano; DRA + Kueue + RDMA), with
+the role's defaults resolved through each inventory as Ansible resolves them (test_cluster_render's
+`render`, on gpubring.releases' Jinja environment), and once with Ansible itself, which must agree:
+
+- core objects (Namespace, Pod, batch/v1 Job) validate with kubernetes-validate at the pinned Kubernetes;
+- the Volcano Job and the Kueue LocalQueue validate against the upstream CRDs (GPUBRING_UPSTREAM_DIR);
+- the pods are what the tests need: pinned to their node, the GPU request only where a GPU is tested,
+  the RDMA resource and IPC_LOCK only on RDMA nodes (in a namespace whose Pod Security admits them),
+  the second one-GPU pod only where two GPUs exist and no time-slicing shares them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+import upstream
+from gpubring import paths, releases
+from gpubring.inventory import Inventory, load_inventory
+from test_cluster_render import render, schema_version
+
+REPO = Path(__file__).resolve().parent.parent
+ROLE = REPO / "roles" / "verify"
+SMOKE = ROLE / "templates" / "smoke"
+VARIANTS = Path(__file__).parent / "data" / "inventories"
+INVENTORIES = {
+    "prod": REPO / "inventories" / "prod",
+    "mig-timeslicing": VARIANTS / "mig-timeslicing",
+    "dra-kueue-rdma": VARIANTS / "dra-kueue-rdma",
+}
+CORE_GROUPS = ("v1", "batch/v1")
+GPUS_PER_NODE = 8
+
+
+@pytest.fixture(scope="module")
+def inventories() -> dict[str, Inventory]:
+    return {name: load_inventory(root) for name, root in INVENTORIES.items()}
+
+
+def role_vars(inv: Inventory) -> Any:
+    """The verify role's variables for the first control plane (where the smoke tests render)."""
+    host = inv.groups["control_plane"][0]
+    return releases._variables(inv, host, ("verify",))
+
+
+def templates() -> dict[str, str]:
+    names = yaml.safe_load((ROLE / "vars" / "main.yml").read_text(encoding="utf-8"))["__verify_templates"]
+    assert isinstance(names, dict)
+    return {str(k): str(v) for k, v in names.items()}
+
+
+def plan_for(inv: Inventory) -> list[dict[str, Any]]:
+    """__verify_plan as cluster_plan.yml builds it: the device-plugin GPU nodes (every GPU node but the
+    DRA group's when DRA is on), each with GPUS_PER_NODE of a resource (a MIG profile on the MIG groups of
+    gpu_operator_mig_configs with the mixed strategy), RDMA where the role's verify_rdma_pods says so
+    (every node of the sample inventories has RDMA NICs here)."""
+    variables = role_vars(inv)
+    dra_group = set(inv.groups.get(variables["verify_dra_group"], ())) if variables["verify_dra"] else set()
+    mixed_groups = variables.get("gpu_operator_mig_configs") or {}
+    mixed = variables.get("gpu_operator_mig_strategy") == "mixed"
+    plan = []
+    for node in inv.groups["gpu_nodes"]:
+        if node in dra_group:
+            continue
+        mig = mixed and any(node in inv.groups.get(g, ()) for g in mixed_groups)
+        plan.append(
+            {
+                "node": node,
+                "resource": "nvidia.com/mig-1g.10gb" if mig else variables["verify_gpu_resource"],
+                "allocatable": GPUS_PER_NODE,
+                "rdma": bool(variables["verify_rdma_pods"]),
+            }
+        )
+    return plan
+
+
+def rendered(inv: Inventory, name: str, plan: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    host = inv.groups["control_plane"][0]
+    text = render(
+        inv,
+        host,
+        ROLE / "templates" / templates()[name],
+        {"__verify_plan": plan_for(inv) if plan is None else plan},
+        roles=("verify",),
+    )
+    objects = yaml.safe_load(text)
+    assert isinstance(objects, list), f"{name}: expected a YAML list of objects"
+    return objects
+
+
+def all_objects(inv: Inventory) -> list[dict[str, Any]]:
+    return [obj for name in templates() for obj in rendered(inv, name)]
+
+
+# -- the templates ---------------------------------------------------------------------------------
+
+
+def test_every_smoke_template_is_listed_and_used() -> None:
+    on_disk = {p.relative_to(ROLE / "templates").as_posix() for p in SMOKE.glob("*.j2")}
+    assert set(templates().values()) == on_disk
+    tasks = "".join(p.read_text(encoding="utf-8") for p in (ROLE / "tasks").glob("*.yml"))
+    for key in templates():
+        assert f"__verify_templates.{key}" in tasks, f"no task renders the {key} template"
+
+
+def test_role_defaults_follow_the_platform_inputs(inventories: dict[str, Inventory]) -> None:
+    prod, mig, dra = (role_vars(inventories[n]) for n in ("prod", "mig-timeslicing", "dra-kueue-rdma"))
+    assert prod["verify_control_plane"] == "cp-1"
+    assert (prod["verify_gang_volcano"], prod["verify_gang_kueue"], prod["verify_rdma_pods"]) == (False,) * 3
+    assert prod["verify_dra"] is False and prod["verify_dcgm_metrics"] is True
+    assert prod["verify_dcgm_namespace"] == "gpu-operator"
+    assert prod["verify_rdma_resource"] == "rdma/rdma_shared_device_a"
+    assert mig["verify_gang_volcano"] is True and mig["verify_gang_kueue"] is False
+    assert int(mig["verify_time_slicing_replicas"]) == 4
+    assert dra["verify_gang_kueue"] is True and dra["verify_kueue_cluster_queue"] == "gpu-cluster-queue"
+    assert dra["verify_dra"] is True and dra["verify_dra_group"] == "gpu_dra"
+    assert dra["verify_rdma_pods"] is True
+
+
+def test_sample_pods(inventories: dict[str, Inventory]) -> None:
+    inv = inventories["prod"]
+    pods = rendered(inv, "pods")
+    names = [p["metadata"]["name"] for p in pods]
+    nodes = list(inv.groups["gpu_nodes"])
+    expected = []
+    for n, _node in enumerate(nodes, start=1):
+        expected += [f"verify-no-gpu-{n}", f"verify-gpu-{n}"] + (["verify-pair-1"] if n == 1 else [])
+    assert names == expected
+    for pod in pods:
+        node = pod["metadata"]["annotations"]["gpubring.io/verify-node"]
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+        ]
+        assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["spec"]["tolerations"]
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
+        assert "capabilities" not in container["securityContext"]
+        limits = container["resources"].get("limits")
+        if pod["metadata"]["name"].startswith("verify-no-gpu-"):
+            assert limits is None  # asks for no GPU: it must see none
+        else:
+            assert limits == {"nvidia.com/gpu": 1}
+    pair = next(p for p in pods if p["metadata"]["name"] == "verify-pair-1")
+    assert pair["metadata"]["annotations"]["gpubring.io/verify-node"] == nodes[0]
+    (namespace,) = rendered(inv, "namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+
+
+def test_pair_pod_needs_two_gpus_on_one_node(inventories: dict[str, Inventory]) -> None:
+    one_each = [
+        {"node": "gpu-1", "resource": "nvidia.com/gpu", "allocatable": 1, "rdma": False},
+        {"node": "gpu-2", "resource": "nvidia.com/gpu", "allocatable": 2, "rdma": False},
+    ]
+    names = [p["metadata"]["name"] for p in rendered(inventories["prod"], "pods", one_each)]
+    assert names == ["verify-no-gpu-1", "verify-gpu-1", "verify-no-gpu-2", "verify-gpu-2", "verify-pair-2"]
+    assert rendered(inventories["prod"], "pods", []) == []
+
+
+def test_time_slicing_skips_the_pair_and_mig_nodes_ask_for_mig_devices(
+    inventories: dict[str, Inventory],
+) -> None:
+    inv = inventories["mig-timeslicing"]
+    pods = rendered(inv, "pods")
+    assert not [p for p in pods if p["metadata"]["name"].startswith("verify-pair-")]
+    gpu_pods = [p for p in pods if p["metadata"]["name"].startswith("verify-gpu-")]
+    limits = {
+        p["metadata"]["annotations"]["gpubring.io/verify-node"]: p["spec"]["containers"][0]["resources"]
+        for p in gpu_pods
+    }
+    mig = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"nvidia.com/mig-1g.10gb": 1}}
+    assert limits == {"a100-1": mig, "a100-2": mig, "h100-1": mig}
+
+
+def test_rdma_pods_and_their_namespace(inventories: dict[str, Inventory]) -> None:
+    inv = inventories["dra-kueue-rdma"]
+    pods = rendered(inv, "pods")
+    gpu_pods = [p for p in pods if p["metadata"]["name"].startswith("verify-gpu-")]
+    # The DRA group's nodes (gb200-*) get no device-plugin pods.
+    assert [p["metadata"]["annotations"]["gpubring.io/verify-node"] for p in gpu_pods] == ["h100-1", "h100-2"]
+    for pod in gpu_pods:
+        assert pod["metadata"]["name"].startswith("verify-gpu-rdma-")
+        (container,) = pod["spec"]["containers"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 1, "rdma/rdma_shared_device_a": 1}
+        assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+    for pod in pods:
+        if pod not in gpu_pods:
+            assert "capabilities" not in pod["spec"]["containers"][0]["securityContext"]
+    (namespace,) = rendered(inv, "namespace")
+    # IPC_LOCK is not among the capabilities Pod Security "baseline" admits.
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+
+
+def test_gang_jobs_are_all_or_nothing(inventories: dict[str, Inventory]) -> None:
+    (volcano,) = rendered(inventories["mig-timeslicing"], "volcano")
+    assert volcano["spec"]["schedulerName"] == "volcano"
+    (task,) = volcano["spec"]["tasks"]
+    assert volcano["spec"]["minAvailable"] == task["replicas"] == 3
+    local_queue, job = rendered(inventories["dra-kueue-rdma"], "kueue")
+    assert local_queue["kind"] == "LocalQueue" and local_queue["spec"]["clusterQueue"] == "gpu-cluster-queue"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
+    assert job["spec"]["suspend"] is True
+    assert job["spec"]["parallelism"] == job["spec"]["completions"] == 3
+    for obj in (volcano, local_queue, job):
+        assert obj["metadata"]["namespace"] == "gpubring-verify"
+
+
+# -- schemas ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("inventory", list(INVENTORIES))
+def test_core_objects_validate_at_the_pinned_kubernetes(
+    inventories: dict[str, Inventory], inventory: str
+) -> None:
+    inv = inventories[inventory]
+    version = schema_version(inv)
+    core = [obj for obj in all_objects(inv) if obj["apiVersion"] in CORE_GROUPS]
+    assert {obj["kind"] for obj in core} == {"Namespace", "Pod", "Job"}
+    for obj in core:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{inventory} {obj['kind']}/{obj['metadata']['name']}: {exc.message}")
+
+
+@pytest.mark.parametrize("inventory", list(INVENTORIES))
+def test_custom_resources_match_the_upstream_crds(inventories: dict[str, Inventory], inventory: str) -> None:
+    custom = [obj for obj in all_objects(inventories[inventory]) if obj["apiVersion"] not in CORE_GROUPS]
+    assert {(obj["apiVersion"], obj["kind"]) for obj in custom} == {
+        ("batch.volcano.sh/v1alpha1", "Job"),
+        ("kueue.x-k8s.io/v1beta1", "LocalQueue"),
+    }
+    crds = upstream.crds()
+    for obj in custom:
+        assert (obj["apiVersion"], obj["kind"]) in crds, (
+            f"no upstream CRD serves {obj['apiVersion']} {obj['kind']}"
+        )
+        assert upstream.crd_errors(obj) == [], f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+def test_the_crd_check_catches_a_misspelled_field(inventories: dict[str, Inventory]) -> None:
+    (volcano,) = rendered(inventories["prod"], "volcano")
+    volcano["spec"]["minAvaliable"] = volcano["spec"].pop("minAvailable")
+    errors = upstream.crd_errors(volcano)
+    assert any("minAvaliable" in e for e in errors), errors
+
+
+# -- Ansible renders the same ----------------------------------------------------------------------
+
+_ANSIBLE_PLAY = """\
+- name: Render the smoke-test templates as the verify role does
+  hosts: cp-1
+  gather_facts: false
+  vars_files:
+    - {role}/defaults/main.yml
+    - {role}/vars/main.yml
+  tasks:
+    - name: Render
+      ansible.builtin.copy:
+        content: >-
+          {{{{ lookup('ansible.builtin.template', '{role}/templates/' ~ item.value) | from_yaml | to_json }}}}
+        dest: "{out}/{{{{ item.key }}}}.json"
+        mode: "0600"
+      loop: "{{{{ __verify_templates | dict2items }}}}"
+      delegate_to: localhost
+"""
+
+
+@pytest.mark.slow
+def test_ansible_renders_the_templates_the_same(inventories: dict[str, Inventory], tmp_path: Path) -> None:
+    inv = inventories["dra-kueue-rdma"]
+    plan = plan_for(inv)
+    (tmp_path / "play.yml").write_text(_ANSIBLE_PLAY.format(role=ROLE, out=tmp_path), encoding="utf-8")
+    extra = {
+        "__verify_plan": plan,
+        "gpubring_versions": inv.versions,
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+    }
+    (tmp_path / "extra.json").write_text(json.dumps(extra), encoding="utf-8")
+    env = {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+    }
+    result = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            "-i",
+            str(INVENTORIES["dra-kueue-rdma"]),
+            "-e",
+            f"@{tmp_path / 'extra.json'}",
+            str(tmp_path / "play.yml"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in templates():
+        by_ansible = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
+        assert by_ansible == rendered(inv, name, plan), name
