@@ -6,7 +6,9 @@
     inventory/gpubring-defaults.yml  `all: vars:` with the default of every gpubring_* setting in
                                      settings.yml: the first inventory source, so the inventory's
                                      own group_vars/host_vars override the defaults
-    vars/gpubring_versions.json      the effective version matrix, passed with `-e @`
+    vars/gpubring.json               the effective version matrix and the rolling batch size
+                                     (play keywords such as `serial` cannot read inventory vars),
+                                     passed with `-e @`
     project/run.yml                  imports the phase playbooks asked for, in order (up)
     env/settings                     ansible-runner settings (how often the cancel flag is read)
     artifacts/<run>/                 ansible-runner's artifacts: command (environment scrubbed),
@@ -422,6 +424,7 @@ class RunSettings:
     phases_skipped: tuple[tuple[str, str], ...] = ()
     playbooks_dir: Path | None = None
     versions: Mapping[str, Any] = field(default_factory=dict)
+    serial: str | None = None
     defaults: Mapping[str, Any] | None = None
     extra_vars: tuple[ExtraVarsSource, ...] = ()
     limit: str | None = None
@@ -515,11 +518,16 @@ def _prepare(settings: RunSettings, folder: Path) -> tuple[Path, list[PhasePlay]
 
 def _cmdline(settings: RunSettings, folder: Path, private_dir: Path) -> str:
     args: list[str] = []
+    play_vars: dict[str, Any] = {}
     if settings.versions:
-        versions = folder / "vars" / "gpubring_versions.json"
-        versions.parent.mkdir(mode=0o700, exist_ok=True)
-        runstore.write_private(versions, json.dumps({"gpubring_versions": settings.versions}, indent=2))
-        args += ["-e", f"@{versions}"]
+        play_vars["gpubring_versions"] = dict(settings.versions)
+    if settings.serial is not None:
+        play_vars["gpubring_serial"] = settings.serial
+    if play_vars:
+        vars_file = folder / "vars" / "gpubring.json"
+        vars_file.parent.mkdir(mode=0o700, exist_ok=True)
+        runstore.write_private(vars_file, json.dumps(play_vars, indent=2))
+        args += ["-e", f"@{vars_file}"]
     for index, source in enumerate(settings.extra_vars):
         if isinstance(source, Path):
             args += ["-e", f"@{source}"]

@@ -84,6 +84,7 @@ def command(
         phases_skipped=selection.skipped,
         playbooks_dir=playbooks_dir,
         versions=inv.versions,
+        serial=str(inv.settings["gpubring_serial"]),
         extra_vars=sources,
         limit=limit,
         tags=tags,
