@@ -1,0 +1,116 @@
+"""No-op re-run of the lab's phases on 1, 3 and 6 lab nodes: seconds in total, per host, tasks per host.
+
+For each size: `gpubring lab up --nodes N` (its own prefix and a temporary inventory), one
+`gpubring up` to converge, then a timed `gpubring up` that should change nothing; `gpubring lab down`
+afterwards whatever happens. Prints one row per size and the 6-node / 1-node ratio (goal: <= 2).
+
+    .venv/bin/python benchmarks/lab_noop.py [--sizes 1,3,6] [--distro debian12] [--forks N]
+
+A 1-node lab's node is control plane and GPU node at once, so every size runs the same roles per host.
+Needs a Docker engine (scripts/engine.sh) and a few GiB of disk; the first converge of each size
+installs the host phase's packages, so the whole script takes a while; only the no-op run is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PREFIX = "gpubbench"
+
+
+def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "gpubring", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env,
+    )  # fmt: skip
+
+
+def must(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def host_stats(report: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Per-host ok/changed/failed/unreachable/skipped from a run report (its `stats`)."""
+    return {host: {k: int(v) for k, v in counts.items()} for host, counts in report["stats"].items()}
+
+
+def tasks(stats: dict[str, int]) -> int:
+    """Task results on a host (ansible's ok already counts the changed ones)."""
+    return sum(stats.get(k, 0) for k in ("ok", "failed", "skipped", "unreachable"))
+
+
+def measure(nodes: int, distro: str, forks: int | None, workdir: Path) -> dict[str, Any]:
+    inventory = workdir / f"lab{nodes}"
+    lab = ("--prefix", PREFIX, "--inventory-dir", inventory)
+    try:
+        must(
+            gpubring("lab", "up", "--nodes", str(nodes), "--distro", distro, *lab), f"lab up --nodes {nodes}"
+        )
+        run = ("--forks", str(forks or max(nodes, 5)))
+        start = time.monotonic()
+        must(gpubring("up", inventory, *run, "--json", workdir / f"converge{nodes}.json"), "converging run")
+        converge = time.monotonic() - start
+        start = time.monotonic()
+        noop = gpubring("up", inventory, *run, "--json", workdir / f"noop{nodes}.json")
+        seconds = time.monotonic() - start
+        must(noop, "no-op run")
+        stats = host_stats(json.loads((workdir / f"noop{nodes}.json").read_text()))
+        return {
+            "nodes": nodes,
+            "converge_s": converge,
+            "noop_s": seconds,
+            "per_host_s": seconds / nodes,
+            "tasks_per_host": max(tasks(s) for s in stats.values()),
+            "changed": sum(s.get("changed", 0) for s in stats.values()),
+        }
+    finally:
+        gpubring("lab", "down", *lab, timeout=600)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1,3,6", help="lab sizes, comma-separated (default 1,3,6)")
+    parser.add_argument("--distro", default="debian12", choices=("debian12", "debian13"))
+    parser.add_argument("--forks", type=int, default=None, help="ansible forks (default: max(nodes, 5))")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpubring-bench-") as tmp:
+        for n in sizes:
+            row = measure(n, args.distro, args.forks, Path(tmp))
+            rows.append(row)
+            print(
+                f"{n} node(s): converge {row['converge_s']:.1f} s; no-op re-run {row['noop_s']:.1f} s total, "
+                f"{row['per_host_s']:.1f} s per host, {row['tasks_per_host']} tasks per host, "
+                f"{row['changed']} changed",
+                flush=True,
+            )
+    print()
+    print("| nodes | no-op re-run (s) | per host (s) | tasks per host | changed | first converge (s) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(
+            f"| {r['nodes']} | {r['noop_s']:.1f} | {r['per_host_s']:.1f} | {r['tasks_per_host']} | "
+            f"{r['changed']} | {r['converge_s']:.1f} |"
+        )
+    by_size = {r["nodes"]: r["noop_s"] for r in rows}
+    if 1 in by_size and 6 in by_size:
+        ratio = by_size[6] / by_size[1]
+        verdict = "meets" if ratio <= 2 else "misses"
+        print(f"\n6 nodes / 1 node = {ratio:.2f}x ({verdict} the goal of <= 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""End to end: a 3-node lab (1 control plane, 2 GPU nodes) and `gpubring up` over real SSH, twice.
+
+The first run converges the lab's phases; the second must report 0 changed on every host, read from
+the run's JSON report. The lab is torn down whatever happens. The lab uses its own prefix and a
+temporary inventory folder, so a user's `inventories/lab` lab is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PREFIX = "gpube2e"
+NODES = {f"{PREFIX}-cp1", f"{PREFIX}-gpu1", f"{PREFIX}-gpu2"}
+
+pytestmark = pytest.mark.e2e
+
+
+def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a child process, as an operator runs it (no TTY: plain progress lines)."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "gpubring", *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env,
+    )  # fmt: skip
+
+
+def _tail(proc: subprocess.CompletedProcess[str], lines: int = 60) -> str:
+    out = (proc.stdout + "\n" + proc.stderr).strip().splitlines()
+    return "\n".join(out[-lines:])
+
+
+def host_stats(report: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Per-host ok/changed/failed/unreachable/skipped from a run report (its `stats`)."""
+    return {host: {k: int(v) for k, v in counts.items()} for host, counts in report["stats"].items()}
+
+
+def _changed_tasks(proc: subprocess.CompletedProcess[str]) -> str:
+    """The lines of a run's output that name changed tasks (plain, non-TTY output)."""
+    lines = [ln for ln in proc.stdout.splitlines() if "changed" in ln.lower()]
+    return "\n".join(lines[-40:]) or _tail(proc)
+
+
+@pytest.fixture(scope="module")
+def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A running 3-node lab; `gpubring lab down` always runs afterwards, whatever the tests did."""
+    engine = subprocess.run(
+        ["bash", str(REPO / "scripts" / "engine.sh")], capture_output=True, text=True, check=False
+    )
+    if engine.returncode != 0:
+        pytest.skip("no Docker engine could be started (scripts/engine.sh): " + _tail(engine, 10))
+    base = tmp_path_factory.mktemp("e2e-lab")
+    inventory = base / "lab"
+    try:
+        up = gpubring(
+            "lab", "up", "--nodes", "3", "--control-planes", "1",
+            "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
+        )  # fmt: skip
+        assert up.returncode == 0, f"gpubring lab up failed:\n{_tail(up)}"
+        yield inventory
+    finally:
+        runs = inventory / ".gpubring"
+        if runs.is_dir():  # keep the run folders for a post-mortem; the lab itself goes
+            shutil.copytree(runs, base / "kept-runs", dirs_exist_ok=True)
+        down = gpubring("lab", "down", "--prefix", PREFIX, "--inventory-dir", inventory, timeout=300)
+        assert down.returncode == 0, f"gpubring lab down failed:\n{_tail(down)}"
+
+
+def test_lab_status_shows_every_node_answering_ssh(lab_dir: Path) -> None:
+    status = gpubring("lab", "status", "--inventory-dir", lab_dir, timeout=120)
+    assert status.returncode == 0, _tail(status)
+    for node in NODES:
+        line = next((ln for ln in status.stdout.splitlines() if node in ln), "")
+        assert "running" in line and "answers" in line, status.stdout
+
+
+def test_lab_up_again_reuses_the_running_lab(lab_dir: Path) -> None:
+    before = json.loads((lab_dir / ".gpubring-lab.json").read_text())
+    again = gpubring("lab", "up", "--inventory-dir", lab_dir, timeout=900)
+    assert again.returncode == 0, _tail(again)
+    assert sorted(ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("reuse ")) == sorted(
+        NODES
+    )
+    assert "create " not in again.stdout
+    after = json.loads((lab_dir / ".gpubring-lab.json").read_text())
+    assert after["nodes"] == before["nodes"]
+
+
+def test_host_key_checking_is_on(lab_dir: Path) -> None:
+    """Ansible reaches a node through the lab inventory, and refuses it once its known key is wrong."""
+    node = f"{PREFIX}-gpu1"
+    env = {**os.environ, "ANSIBLE_SSH_ARGS": "-o ControlMaster=no", "ANSIBLE_HOST_KEY_CHECKING": "True"}
+    ansible = [
+        str(Path(sys.executable).parent / "ansible"),
+        node,
+        "-i",
+        str(lab_dir),
+        "-m",
+        "ansible.builtin.ping",
+    ]
+
+    def ping() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ansible, capture_output=True, text=True, timeout=120, check=False, cwd=REPO, env=env
+        )
+
+    good = ping()
+    assert good.returncode == 0, good.stdout + good.stderr
+    known = lab_dir / ".ssh" / "known_hosts"
+    original = known.read_text()
+    ports = {n["name"]: n["port"] for n in json.loads((lab_dir / ".gpubring-lab.json").read_text())["nodes"]}
+    mine, other = f"[127.0.0.1]:{ports[node]} ", f"[127.0.0.1]:{ports[f'{PREFIX}-cp1']} "
+    lines = original.splitlines()
+    # gpu1's entries replaced by cp1's keys: the key gpu1 presents no longer matches.
+    swapped = [ln for ln in lines if not ln.startswith(mine)]
+    swapped += [ln.replace(other, mine, 1) for ln in lines if ln.startswith(other)]
+    try:
+        known.write_text("\n".join(swapped) + "\n")
+        bad = ping()
+    finally:
+        known.write_text(original)
+    assert bad.returncode != 0
+    assert "Host key verification failed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+
+def test_up_twice_the_second_run_changes_nothing(lab_dir: Path, tmp_path: Path) -> None:
+    first = gpubring("up", lab_dir, "--json", tmp_path / "r1.json")
+    assert first.returncode == 0, f"first `gpubring up` failed:\n{_tail(first)}"
+    r1 = host_stats(json.loads((tmp_path / "r1.json").read_text()))
+    assert set(r1) == NODES, r1
+    for host, stats in r1.items():
+        assert stats["ok"] > 0, (host, stats)
+        assert stats["failed"] == 0 and stats["unreachable"] == 0, (host, stats)
+    # The lab runs preflight, host and verify; the report says which phases were skipped and why.
+    phases = json.loads((tmp_path / "r1.json").read_text())["phases"]
+    assert phases["run"] == ["preflight", "host", "verify"]
+    assert [p["phase"] for p in phases["skipped"]] == ["cluster", "platform"]
+    assert all("kubelet" in p["reason"] for p in phases["skipped"])
+
+    second = gpubring("up", lab_dir, "--json", tmp_path / "r2.json")
+    assert second.returncode == 0, f"second `gpubring up` failed:\n{_tail(second)}"
+    r2 = host_stats(json.loads((tmp_path / "r2.json").read_text()))
+    assert set(r2) == NODES, r2
+    changed = {host: stats["changed"] for host, stats in r2.items()}
+    assert changed == dict.fromkeys(NODES, 0), (
+        f"the second run changed something: {changed}\n{_changed_tasks(second)}"
+    )
