@@ -174,7 +174,9 @@ def test_user_reserved_memory_checked_on_layout(xeon: list[dict[str, Any]]) -> N
 
 
 def _gpu_vars(text: str) -> dict[str, str]:
-    return {"group_vars/gpu_nodes/kubelet.yml": text}
+    # In place of the sample's topology settings: group_vars files of one group are read in name
+    # order, so a separate file would lose to topology.yml's values.
+    return {"group_vars/gpu_nodes/topology.yml": text}
 
 
 def test_validator_refuses_a_bad_sum(make_inventory: Callable[..., Path]) -> None:
@@ -190,7 +192,7 @@ def test_validator_refuses_a_bad_sum(make_inventory: Callable[..., Path]) -> Non
     messages = [str(p) for p in err.value.problems]
     assert len(messages) == 1, messages
     assert messages[0].startswith(
-        "group_vars/gpu_nodes/kubelet.yml: kubelet_topology_reserved_memory: expected settings the kubelet's "
+        "group_vars/gpu_nodes/topology.yml: kubelet_topology_reserved_memory: expected settings the kubelet's "
         "Static memory manager accepts: reservedMemory adds up to 2Gi of memory"
     )
     assert "= 2148Mi" in messages[0]
@@ -213,7 +215,7 @@ def test_validator_refuses_a_percentage_eviction(make_inventory: Callable[..., P
     with pytest.raises(InventoryError) as err:
         load_inventory(inv)
     [problem] = {str(p) for p in err.value.problems}
-    assert problem.startswith("group_vars/gpu_nodes/kubelet.yml: kubelet_topology_eviction_hard: expected")
+    assert problem.startswith("group_vars/gpu_nodes/topology.yml: kubelet_topology_eviction_hard: expected")
     assert "is a percentage" in problem
     # the None policy needs no reservedMemory, so a percentage is fine there
     inv = make_inventory(
