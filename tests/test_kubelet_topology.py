@@ -192,8 +192,8 @@ def test_validator_refuses_a_bad_sum(make_inventory: Callable[..., Path]) -> Non
     messages = [str(p) for p in err.value.problems]
     assert len(messages) == 1, messages
     assert messages[0].startswith(
-        "group_vars/gpu_nodes/topology.yml: kubelet_topology_reserved_memory: expected settings the kubelet's "
-        "Static memory manager accepts: reservedMemory adds up to 2Gi of memory"
+        "group_vars/gpu_nodes/topology.yml: kubelet_topology_reserved_memory: expected settings the "
+        "kubelet's Static memory manager accepts: reservedMemory adds up to 2Gi of memory"
     )
     assert "= 2148Mi" in messages[0]
 
