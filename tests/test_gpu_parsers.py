@@ -3,30 +3,19 @@ readers on fake sysfs trees built in tmp_path, and the facts assembly (gpu_colle
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from gpubring.paths import collections_path
+from _collection import module_utils
 
 HW = Path(__file__).parent / "fixtures" / "hw"
 
 
-def _module_utils(name: str) -> ModuleType:
-    """Import a module_utils file the way Ansible does, through the collection path."""
-    path = str(collections_path())
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return importlib.import_module("ansible_collections.gpubring.core.plugins.module_utils." + name)
-
-
-P = _module_utils("gpu_parsers")
-C = _module_utils("gpu_collect")
+P = module_utils("gpu_parsers")
+C = module_utils("gpu_collect")
 
 
 def fixture(relative: str) -> str:

@@ -4,29 +4,18 @@ A100 node (lscpu, 8 nodes in NPS4, SMT on)."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from gpubring.paths import collections_path
+from _collection import module_utils
 
 HW = Path(__file__).parent / "fixtures" / "hw"
 
 
-def _module_utils(name: str) -> ModuleType:
-    """Import a module_utils file the way Ansible does, through the collection path."""
-    path = str(collections_path())
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return importlib.import_module("ansible_collections.gpubring.core.plugins.module_utils." + name)
-
-
-P = _module_utils("gpu_parsers")
-T = _module_utils("gpu_topology")
+P = module_utils("gpu_parsers")
+T = module_utils("gpu_topology")
 
 EPYC_NODE_FIRST_CPUS = [0, 16, 32, 48, 64, 80, 96, 112]
 
