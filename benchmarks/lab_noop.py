@@ -3,8 +3,10 @@
 For each size: `gpubring lab up --nodes N` (its own prefix and a temporary inventory), one
 `gpubring up` to converge, then a timed `gpubring up` that should change nothing; `gpubring lab down`
 afterwards whatever happens. Prints one row per size and the 6-node / 1-node ratio (goal: <= 2).
+`--serial 100%` also times the same no-op with that gpubring_serial (the GPU play's batch size), and
+each row says whether Docker builds or Molecule ran meanwhile (figures taken then are skewed).
 
-    .venv/bin/python benchmarks/lab_noop.py [--sizes 1,3,6] [--distro debian12] [--forks N]
+    .venv/bin/python benchmarks/lab_noop.py [--sizes 1,3,6] [--distro debian12] [--forks N] [--serial 100%]
 
 A 1-node lab's node is control plane and GPU node at once, so every size runs the same roles per host.
 Needs a Docker engine (scripts/engine.sh) and a few GiB of disk; the first converge of each size
@@ -51,65 +53,100 @@ def tasks(stats: dict[str, int]) -> int:
     return sum(stats.get(k, 0) for k in ("ok", "failed", "skipped", "unreachable"))
 
 
-def measure(nodes: int, distro: str, forks: int | None, workdir: Path) -> dict[str, Any]:
+def busy() -> bool:
+    """Whether Docker builds or Molecule run beside the benchmark (their load skews the figures)."""
+    pattern = "molecule|debootstrap|docker import"
+    probe = subprocess.run(["pgrep", "-f", pattern], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+def measure(
+    nodes: int, distro: str, forks: int | None, serials: list[str], workdir: Path
+) -> list[dict[str, Any]]:
+    """Lab up, converge, then one timed no-op run per serial value ("" = the inventory's own)."""
     inventory = workdir / f"lab{nodes}"
     lab = ("--prefix", PREFIX, "--inventory-dir", inventory)
+    run: tuple[str, ...] = ("--forks", str(forks)) if forks else ()
+    rows: list[dict[str, Any]] = []
     try:
         must(
             gpubring("lab", "up", "--nodes", str(nodes), "--distro", distro, *lab), f"lab up --nodes {nodes}"
         )
-        run = ("--forks", str(forks or max(nodes, 5)))
         start = time.monotonic()
         must(gpubring("up", inventory, *run, "--json", workdir / f"converge{nodes}.json"), "converging run")
         converge = time.monotonic() - start
-        start = time.monotonic()
-        noop = gpubring("up", inventory, *run, "--json", workdir / f"noop{nodes}.json")
-        seconds = time.monotonic() - start
-        must(noop, "no-op run")
-        stats = host_stats(json.loads((workdir / f"noop{nodes}.json").read_text()))
-        return {
-            "nodes": nodes,
-            "converge_s": converge,
-            "noop_s": seconds,
-            "per_host_s": seconds / nodes,
-            "tasks_per_host": max(tasks(s) for s in stats.values()),
-            "changed": sum(s.get("changed", 0) for s in stats.values()),
-        }
+        for serial in serials:
+            extra = ("-e", f"gpubring_serial={serial}") if serial else ()
+            report = workdir / f"noop{nodes}-{serial.rstrip('%') or 'inventory'}.json"
+            quiet = not busy()
+            start = time.monotonic()
+            noop = gpubring("up", inventory, *run, *extra, "--json", report)
+            seconds = time.monotonic() - start
+            quiet = quiet and not busy()
+            must(noop, "no-op run")
+            data = json.loads(report.read_text())
+            stats = host_stats(data)
+            rows.append(
+                {
+                    "nodes": nodes,
+                    "serial": serial or "inventory",
+                    "converge_s": converge,
+                    "noop_s": seconds,
+                    "per_host_s": seconds / nodes,
+                    "tasks_per_host": max(tasks(s) for s in stats.values()),
+                    "changed": sum(s.get("changed", 0) for s in stats.values()),
+                    "strategy": data.get("options", {}).get("strategy", "?"),
+                    "quiet": quiet,
+                }
+            )
     finally:
         gpubring("lab", "down", *lab, timeout=600)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1,3,6", help="lab sizes, comma-separated (default 1,3,6)")
     parser.add_argument("--distro", default="debian12", choices=("debian12", "debian13"))
-    parser.add_argument("--forks", type=int, default=None, help="ansible forks (default: max(nodes, 5))")
+    parser.add_argument("--forks", type=int, default=None, help="ansible forks (default: gpubring up's)")
+    parser.add_argument(
+        "--serial",
+        default="",
+        help="also time the no-op with these gpubring_serial values (comma-separated, e.g. 100%%); "
+        "the inventory's own value is always timed first",
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    rows = []
+    serials = ["", *(s.strip() for s in args.serial.split(",") if s.strip())]
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gpubring-bench-") as tmp:
         for n in sizes:
-            row = measure(n, args.distro, args.forks, Path(tmp))
-            rows.append(row)
-            print(
-                f"{n} node(s): converge {row['converge_s']:.1f} s; no-op re-run {row['noop_s']:.1f} s total, "
-                f"{row['per_host_s']:.1f} s per host, {row['tasks_per_host']} tasks per host, "
-                f"{row['changed']} changed",
-                flush=True,
-            )
+            for row in measure(n, args.distro, args.forks, serials, Path(tmp)):
+                rows.append(row)
+                print(
+                    f"{n} node(s), serial {row['serial']}: no-op re-run {row['noop_s']:.1f} s total, "
+                    f"{row['per_host_s']:.1f} s per host, {row['tasks_per_host']} tasks per host, "
+                    f"{row['changed']} changed (converge {row['converge_s']:.1f} s"
+                    f"{'' if row['quiet'] else '; Docker builds or Molecule ran meanwhile'})",
+                    flush=True,
+                )
     print()
-    print("| nodes | no-op re-run (s) | per host (s) | tasks per host | changed | first converge (s) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| nodes | serial | no-op (s) | per host (s) | tasks per host | changed | quiet | converge (s) |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |")
     for r in rows:
+        quiet = "yes" if r["quiet"] else "no"
         print(
-            f"| {r['nodes']} | {r['noop_s']:.1f} | {r['per_host_s']:.1f} | {r['tasks_per_host']} | "
-            f"{r['changed']} | {r['converge_s']:.1f} |"
+            f"| {r['nodes']} | {r['serial']} | {r['noop_s']:.1f} | {r['per_host_s']:.1f} | "
+            f"{r['tasks_per_host']} | {r['changed']} | {quiet} | {r['converge_s']:.1f} |"
         )
-    by_size = {r["nodes"]: r["noop_s"] for r in rows}
-    if 1 in by_size and 6 in by_size:
-        ratio = by_size[6] / by_size[1]
-        verdict = "meets" if ratio <= 2 else "misses"
-        print(f"\n6 nodes / 1 node = {ratio:.2f}x ({verdict} the goal of <= 2x)")
+    print(f"\nstrategy: {rows[0]['strategy'] if rows else '?'}")
+    for serial in serials:
+        by_size = {r["nodes"]: r["noop_s"] for r in rows if r["serial"] == (serial or "inventory")}
+        if 1 in by_size and 6 in by_size:
+            ratio = by_size[6] / by_size[1]
+            verdict = "meets" if ratio <= 2 else "misses"
+            name = serial or "inventory"
+            print(f"serial {name}: 6 nodes / 1 node = {ratio:.2f}x ({verdict} the goal of <= 2x)")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PREFIX = "gpube2e"
+# Its own prefix per test process: two e2e runs at once (a developer's and the test command's) never
+# share containers, and neither touches the README's `gpub` lab.
+PREFIX = f"gpube2e{os.getpid()}"
 NODES = {f"{PREFIX}-cp1", f"{PREFIX}-gpu1", f"{PREFIX}-gpu2"}
 
 pytestmark = pytest.mark.e2e

@@ -118,6 +118,12 @@ LAB_VARS: tuple[LabVar, ...] = (
     LabVar("gpubring_phases_skipped_reason", PHASES_SKIPPED_REASON, "all", "said by `gpubring up`"),
     # What a container cannot do.
     LabVar("gpubring_reboot_allowed", False, "all", "a container cannot reboot"),
+    LabVar(
+        "gpubring_serial",
+        "100%",
+        "all",
+        "lab nodes are in no cluster yet, so nothing to keep serving: all GPU nodes at once",
+    ),
     LabVar("preflight_require_gpu", False, "gpu_nodes", "a container has no GPU"),
     LabVar("preflight_check_time_sync", False, "all", "the clock is the machine's; no time service runs"),
     LabVar("preflight_fail_on_swap", False, "all", "a container sees the machine's swap, cannot turn it off"),
