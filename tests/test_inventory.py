@@ -491,11 +491,14 @@ def test_phases_follow_gpubring_phases(make_inventory: MakeInventory) -> None:
         {
             "group_vars/all/operations.yml": "gpubring_phases: [verify, preflight, host]\n"
             "gpubring_phases_skipped_reason: containers cannot run a kubelet\n"
+            "gpubring_phases_check_only: [platform, host, cluster]\n"
         }
     )
     inv = load_inventory(root)
     assert inv.phases == ("preflight", "host", "verify")
     assert inv.phases_skipped_reason == "containers cannot run a kubelet"
+    # In phase order, and without the phases that run for real anyway.
+    assert inv.phases_check_only == ("cluster", "platform")
 
 
 # The extension point for cross-field checks -------------------------------------------------------------

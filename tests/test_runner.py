@@ -77,6 +77,24 @@ def test_select_phases_honours_the_inventory() -> None:
         runner.select_phases(PHASES, None, "cluster", lab, "containers cannot run a kubelet")
 
 
+def test_select_phases_runs_check_only_phases_in_check_mode() -> None:
+    lab = ("preflight", "host", "verify")
+    dry = ("cluster", "platform")
+    sel = runner.select_phases(PHASES, None, None, lab, "no kubelet in a container", check_only=dry)
+    assert sel.run == lab
+    assert dict(sel.skipped)["cluster"] == (
+        "the inventory leaves it out: no kubelet in a container (it runs in check mode: gpubring up --check)"
+    )
+    sel = runner.select_phases(PHASES, None, None, lab, "", check=True, check_only=dry)
+    assert sel.run == PHASES
+    sel = runner.select_phases(PHASES, "cluster,platform", None, lab, "", check=True, check_only=dry)
+    assert sel.run == dry
+    # Check mode alone does not bring back a phase the inventory leaves out.
+    sel = runner.select_phases(PHASES, None, None, lab, "", check=True, check_only=("cluster",))
+    assert sel.run == ("preflight", "host", "cluster", "verify")
+    assert [p for p, _ in sel.skipped] == ["platform"]
+
+
 @pytest.mark.parametrize(
     ("only", "from_phase", "message"),
     [

@@ -79,6 +79,7 @@ class Inventory:
     phases: tuple[str, ...]
     phases_skipped_reason: str
     overridden: tuple[str, ...] = ()
+    phases_check_only: tuple[str, ...] = ()
     rule_results: tuple[RuleResult, ...] = ()
     version_problems: tuple[Problem, ...] = ()
 
@@ -504,6 +505,8 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
         rule_problems = []  # fix the overrides' shape and the structure first
     chosen = settings.get("gpubring_phases")
     chosen = chosen if isinstance(chosen, list) else list(PHASES)
+    check_only = settings.get("gpubring_phases_check_only")
+    check_only = check_only if isinstance(check_only, list) else []
     inv = Inventory(
         root=ld.root,
         hosts_file=ld.hosts_file,
@@ -514,6 +517,7 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
         phases=tuple(p for p in PHASES if p in chosen),
         phases_skipped_reason=str(settings.get("gpubring_phases_skipped_reason") or ""),
         overridden=overridden,
+        phases_check_only=tuple(p for p in PHASES if p in check_only and p not in chosen),
         rule_results=tuple(results),
         version_problems=tuple(rule_problems),
     )

@@ -68,6 +68,7 @@ SYSTEMD_RUN_OPTIONS: tuple[str, ...] = (
 SYSTEMD_COMMAND = "/lib/systemd/systemd"
 
 PHASES = ("preflight", "host", "verify")
+CHECK_ONLY_PHASES = ("cluster", "platform")
 PHASES_SKIPPED_REASON = (
     "a lab of containers has no kubelet, kubeadm, API server or Helm charts to reach; the cluster and "
     "platform phases are proven by rendering, schema validation and check mode, and run on real clusters"
@@ -116,6 +117,12 @@ class LabVar:
 LAB_VARS: tuple[LabVar, ...] = (
     LabVar("gpubring_phases", list(PHASES), "all", "the phases a lab of containers can run"),
     LabVar("gpubring_phases_skipped_reason", PHASES_SKIPPED_REASON, "all", "said by `gpubring up`"),
+    LabVar(
+        "gpubring_phases_check_only",
+        list(CHECK_ONLY_PHASES),
+        "all",
+        "`gpubring up --check` dry-runs them, as far as the unreachable repositories and API allow",
+    ),
     # What a container cannot do.
     LabVar("gpubring_reboot_allowed", False, "all", "a container cannot reboot"),
     LabVar(

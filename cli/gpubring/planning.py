@@ -131,6 +131,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
             for p in phases
         ],
         "phases_skipped_reason": inv.phases_skipped_reason,
+        "phases_check_only": list(inv.phases_check_only),
         **{k: v for k, v in versions_document(inv, plan.pinned).items() if k != "inventory"},
         "releases": list(plan.releases),
         "releases_note": plan.releases_note,
@@ -193,6 +194,8 @@ def render_plan(plan: Plan, console: Console) -> None:
     rows: list[list[str]] = []
     for p in plan.phases:
         state = "" if p.enabled else f" (skipped: {inv.phases_skipped_reason or 'not in gpubring_phases'})"
+        if p.phase in inv.phases_check_only:
+            state = " (check mode only: gpubring up --check)"
         for pl in p.plays:
             rows.append(
                 [p.phase + state, pl.name, f"{pl.hosts_pattern}: {hosts_text(pl.hosts)}", ", ".join(pl.roles)]

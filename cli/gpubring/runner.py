@@ -185,8 +185,14 @@ def select_phases(
     from_phase: str | None,
     inventory_phases: Sequence[str],
     inventory_reason: str = "",
+    *,
+    check: bool = False,
+    check_only: Sequence[str] = (),
 ) -> PhaseSelection:
-    """The phases to run, in their fixed order, and every other one with the reason it is skipped."""
+    """The phases to run, in their fixed order, and every other one with the reason it is skipped.
+
+    A phase the inventory leaves out but lists in gpubring_phases_check_only runs when `check` is set
+    (check mode changes nothing)."""
     if only and from_phase:
         raise PhaseError("--only and --from cannot be used together")
     asked: list[str] = list(all_phases)
@@ -205,8 +211,12 @@ def select_phases(
     for phase in all_phases:
         if phase not in asked:
             skipped.append((phase, why_not))
+        elif phase in check_only and check:
+            run.append(phase)
         elif phase not in inventory_phases:
             reason = inventory_reason.strip() or "not in this inventory's gpubring_phases"
+            if phase in check_only:
+                reason += " (it runs in check mode: gpubring up --check)"
             skipped.append((phase, f"the inventory leaves it out: {reason}"))
         else:
             run.append(phase)

@@ -67,7 +67,15 @@ def command(
 
     inv = load_or_exit(inventory)
     try:
-        selection = runner.select_phases(PHASES, only, from_phase, inv.phases, inv.phases_skipped_reason)
+        selection = runner.select_phases(
+            PHASES,
+            only,
+            from_phase,
+            inv.phases,
+            inv.phases_skipped_reason,
+            check=check,
+            check_only=inv.phases_check_only,
+        )
         sources = runner.parse_extra_vars(extra_vars or [])
     except (runner.PhaseError, runner.ExtraVarsError) as exc:
         _bad_input(str(exc))
