@@ -111,6 +111,8 @@ def test_ignored_and_rescued_failures_are_not_failures() -> None:
     state = RunState()
     state.apply(HostResult(host="h", task="probe", status="failed", message="x", ignored=True))
     assert state.failures == []
+    # Kept apart, for the report's `ignored` (what check mode could not reach, for example).
+    assert [(f.task, f.message) for f in state.ignored] == [("probe", "x")]
     state.apply(HostResult(host="h", task="in block", status="failed", message="y"))
     state.apply(PlaybookStats(hosts={"h": HostCounts(ok=3, rescued=1)}))
     assert len(state.failures) == 1
@@ -185,3 +187,31 @@ def test_phase_tracker_follows_the_import_order() -> None:
     for phase, name in (("preflight", "a"), ("host", "b"), ("host", "c")):
         state.apply(PlayStart(name, "all", phase))
     assert state.phases_started == ["preflight", "host"]
+
+
+def test_summary_lists_the_failures_tasks_let_pass() -> None:
+    from rich.console import Console
+
+    from gpubring import view
+
+    console = Console(record=True, width=200, color_system=None)
+    view.summary(
+        console,
+        {
+            "stats": {"cp1": {"ok": 5, "ignored": 1}},
+            "ignored": [
+                {
+                    "host": "cp1",
+                    "task": "Download and verify (sha256) Helm 3.19.0",
+                    "role": "helm",
+                    "message": "Request failed: <urlopen error [Errno -3] name resolution>\nmore",
+                }
+            ],
+            "status": "ok",
+            "exit_code": 0,
+        },
+    )
+    out = console.export_text()
+    assert "1 failure(s) let pass by their task (ignore_errors):" in out
+    assert "  cp1: helm : Download and verify (sha256) Helm 3.19.0: Request failed: <urlopen error" in out
+    assert "more" not in out  # the first line of the message only

@@ -311,6 +311,8 @@ class RunState:
     phases_started: list[str] = field(default_factory=list)
     hosts: dict[str, HostState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    # Failures a task let pass (ignore_errors): what check mode could not check, for example.
+    ignored: list[Failure] = field(default_factory=list)
     stats: PlaybookStats | None = None
     cancelled: bool = False
     errors: list[str] = field(default_factory=list)
@@ -361,8 +363,8 @@ class RunState:
             state.unreachable += 1
         elif not event.ignored:
             state.failed += 1
-        if event.status in ("failed", "unreachable") and not event.ignored:
-            self.failures.append(
+        if event.status in ("failed", "unreachable"):
+            (self.ignored if event.ignored else self.failures).append(
                 Failure(
                     host=event.host,
                     task=event.task,

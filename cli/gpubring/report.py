@@ -9,6 +9,8 @@ Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and the
 - stats: {host: {ok, changed, failed, unreachable, skipped, rescued, ignored}} from ansible's recap
   (`ok` counts changed tasks too, as ansible's recap does); totals: the same summed over hosts;
 - failures: [{host, task, role, status, message, phase, play}] (status failed or unreachable);
+- ignored: the same for failures a task let pass (ignore_errors), such as a download check mode
+  could not reach;
 - stopped_at: where a cancelled run was ({phase, play, hosts: {host: {phase, play, task, role,
   finished}}}), null otherwise;
 - options: check, diff, limit, tags, skip_tags, forks, strategy, extra_vars (names only, never values);
@@ -47,6 +49,7 @@ REPORT_FIELDS = (
     "stats",
     "totals",
     "failures",
+    "ignored",
     "stopped_at",
     "options",
     "errors",
@@ -117,6 +120,7 @@ def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
         "stats": {host: row.as_dict() for host, row in counts.items()},
         "totals": totals(counts),
         "failures": [f.as_dict() for f in state.final_failures()],
+        "ignored": [f.as_dict() for f in state.ignored],
         "stopped_at": state.stopped_at() if state.cancelled else None,
         "options": dict(meta.options),
         "errors": list(state.errors),

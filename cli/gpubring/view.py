@@ -182,6 +182,16 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
                 head.append(f"  ({where})", style="dim")
             console.print(head)
             console.print(Text(f"    {failure.get('message', '')}"))
+    ignored = report.get("ignored") or []
+    if ignored:
+        # In check mode these are what could not be checked (a repository out of reach, for example).
+        console.print(
+            Text(f"{len(ignored)} failure(s) let pass by their task (ignore_errors):", style="yellow")
+        )
+        for item in ignored:
+            label = _task_label(item.get("task", ""), item.get("role", ""))
+            message = str(item.get("message", "")).splitlines()[0][:160] if item.get("message") else ""
+            console.print(Text(f"  {item.get('host')}: {label}: {message}", style="dim"))
     for error in report.get("errors") or []:
         console.print(Text(error, style="red"))
     stopped = report.get("stopped_at")
