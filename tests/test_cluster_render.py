@@ -6,7 +6,7 @@ node_labels) are checked here by what they render, from the sample inventory (in
 variants of it (one control plane without an endpoint; HA with kube-vip; Kubernetes 1.30, which
 takes the kubeadm v1beta3 API; Cilium; Flannel):
 
-- templates render with gpubring.releases' Jinja environment (the filters `gpubring plan` provides,
+- templates render with gpubring.releases.render_template (the filters `gpubring plan` provides,
   variables layered like Ansible's), and once with Ansible itself, which must agree;
 - the documents' apiVersion/kind, controlPlaneEndpoint, networking CIDRs and flags;
 - the KubeletConfiguration: kubernetes-validate has no kubelet (or kubeadm) schema, so its fields are
@@ -23,23 +23,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import kubernetes_validate
 import pytest
 import yaml
-from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
+from _render import ansible_playbook, run_play, schema_version
 from gpubring import paths, releases
 from gpubring.inventory import Inventory, InventoryError, load_inventory
 
@@ -49,11 +45,12 @@ ROLES = REPO / "roles"
 CLUSTER_ROLES = ("kubernetes_packages", "kubeadm_control_plane", "kubeadm_join", "cni", "node_labels")
 NODE_PLAYBOOKS = ("node_add.yml", "node_remove.yml", "reset.yml")
 
-KUBEADM_CONFIG = ROLES / "kubeadm_control_plane/templates/etc/kubernetes/kubeadm/kubeadm-config.yaml.j2"
-KUBE_VIP = ROLES / "kubeadm_control_plane/templates/etc/kubernetes/manifests/kube-vip.yaml.j2"
-JOIN_CONFIG = ROLES / "kubeadm_join/templates/etc/kubernetes/kubeadm/join-config.yaml.j2"
-KUBELET_FLAGS = ROLES / "kubernetes_packages/templates/etc/default/kubelet.j2"
-FLANNEL_OBJECTS = ROLES / "cni/templates/flannel/objects.yml.j2"
+# Templates, under roles/.
+KUBEADM_CONFIG = "kubeadm_control_plane/templates/etc/kubernetes/kubeadm/kubeadm-config.yaml.j2"
+KUBE_VIP = "kubeadm_control_plane/templates/etc/kubernetes/manifests/kube-vip.yaml.j2"
+JOIN_CONFIG = "kubeadm_join/templates/etc/kubernetes/kubeadm/join-config.yaml.j2"
+KUBELET_FLAGS = "kubernetes_packages/templates/etc/default/kubelet.j2"
+FLANNEL_OBJECTS = "cni/templates/flannel/objects.yml.j2"
 
 # Credentials as kubeadm prints them; they are put into every rendering's variables, so a template
 # that leaked them would show them.
@@ -181,33 +178,12 @@ def _with_host_vars(inv: Inventory, host: str, extra: Mapping[str, Any]) -> Inve
     return dataclasses.replace(inv, hosts=hosts)
 
 
-def _env() -> jinja2.Environment:
-    """gpubring.releases' template environment (trim_blocks, sandboxed, its Ansible filters), plus
-    Ansible's `comment` filter for the `{{ ansible_managed | comment }}` header line."""
-    env = releases._file_env().overlay()
-    env.filters["comment"] = lambda text: "#\n# " + str(text) + "\n#"
-    return env
-
-
-def render(
-    inv: Inventory,
-    host: str,
-    template: Path,
-    extra: Mapping[str, Any] | None = None,
-    roles: tuple[str, ...] = CLUSTER_ROLES,
-) -> str:
-    """A role template rendered for one host as Ansible would: role defaults, settings.yml defaults,
-    the host's inventory variables, role vars; plus the host's facts, the join credentials (so that
-    a template that read them would leak them) and `extra` (a task's `vars:`)."""
-    host_extra = {
-        "ansible_facts": _facts(inv, host),
-        "ansible_managed": "Ansible managed",
-        "__kubeadm_join_secret": SECRET,
-        **(extra or {}),
-    }
-    variables = releases._variables(_with_host_vars(inv, host, host_extra), host, roles)
-    tmpl = _env().from_string(template.read_text(encoding="utf-8"))
-    return "".join(tmpl.root_render_func(releases._context(tmpl, variables)))
+def render(inv: Inventory, host: str, template: str, extra: Mapping[str, Any] | None = None) -> str:
+    """A cluster role template rendered for one host with the cluster roles' variables, the host's
+    facts, the join credentials (so that a template that read them would leak them) and `extra` (a
+    task's `vars:`)."""
+    host_vars = {"ansible_facts": _facts(inv, host), "__kubeadm_join_secret": SECRET, **(extra or {})}
+    return releases.render_template(inv, template, host=host, roles=CLUSTER_ROLES, host_vars=host_vars)
 
 
 def docs(text: str) -> list[dict[str, Any]]:
@@ -218,15 +194,6 @@ def kubeadm_config(inv: Inventory, host: str = "cp-1") -> dict[str, dict[str, An
     by_kind = {d["kind"]: d for d in docs(render(inv, host, KUBEADM_CONFIG))}
     assert list(by_kind) == ["InitConfiguration", "ClusterConfiguration", "KubeletConfiguration"]
     return by_kind
-
-
-def schema_version(inv: Inventory) -> str:
-    """kubernetes-validate's schema for the pinned Kubernetes: the same minor, else the newest older."""
-    want = Version(inv.versions["kubernetes"]["version"])
-    shipped = sorted({Version(v) for v in kv_utils.all_versions()})
-    same = [v for v in shipped if (v.major, v.minor) == (want.major, want.minor)]
-    older = [v for v in shipped if (v.major, v.minor) < (want.major, want.minor)]
-    return str((same or older or shipped)[-1])
 
 
 def validate_core(obj: Mapping[str, Any], inv: Inventory) -> None:
@@ -774,7 +741,7 @@ def _join_task(name: str) -> dict[str, Any]:
 def ansible_rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ansible")
     (out / "play.yml").write_text(
-        _ANSIBLE_PLAY.format(roles=ROLES, out=out, template=KUBEADM_CONFIG), encoding="utf-8"
+        _ANSIBLE_PLAY.format(roles=ROLES, out=out, template=ROLES / KUBEADM_CONFIG), encoding="utf-8"
     )
     extra = {
         "gpubring_versions": yaml.safe_load(paths.versions_file().read_text())["gpubring_versions"],
@@ -788,31 +755,7 @@ def ansible_rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "ansible.builtin.set_fact"
         ]["__kubeadm_join_secret"],
     }
-    (out / "extra.json").write_text(json.dumps(extra), encoding="utf-8")
-    env = {
-        **os.environ,
-        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-    }
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),  # the venv's
-            "-i",
-            str(SAMPLE),
-            "-e",
-            f"@{out / 'extra.json'}",
-            str(out / "play.yml"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_play(out / "play.yml", SAMPLE, extra)
     return out
 
 
@@ -864,20 +807,5 @@ def test_the_join_reads_kubeadm_output(ansible_rendered: Path) -> None:
 
 @pytest.mark.parametrize("playbook", ["cluster.yml", *NODE_PLAYBOOKS])
 def test_playbook_syntax(playbook: str) -> None:
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path())}
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(SAMPLE),
-            "--syntax-check",
-            str(REPO / "playbooks" / playbook),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = ansible_playbook("-i", SAMPLE, "--syntax-check", REPO / "playbooks" / playbook)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -20,11 +20,11 @@ import kubernetes_validate
 import pytest
 import yaml
 from kubernetes_validate import utils as kv_utils
-from packaging.version import Version
 
 import upstream
+from _render import nearest_schema_version, run_play, schema_version
 from gpubring.inventory import InventoryError, load_inventory
-from gpubring.releases import Release, ReleaseRenderError, plan_releases
+from gpubring.releases import Release, ReleaseRenderError, plan_releases, render_template
 
 REPO = Path(__file__).resolve().parent.parent
 INVENTORIES = {
@@ -32,17 +32,6 @@ INVENTORIES = {
     "mig-timeslicing": REPO / "tests" / "data" / "inventories" / "mig-timeslicing",
     "dra-kueue-rdma": REPO / "tests" / "data" / "inventories" / "dra-kueue-rdma",
 }
-
-
-def nearest_schema_version(pinned: str, available: list[str]) -> str:
-    """The kubernetes-validate schema for a Kubernetes version: same minor, else the newest older
-    one, else the oldest shipped (validation of a newer cluster with an older schema is stricter)."""
-    want = Version(pinned)
-    versions = sorted({Version(v) for v in available})
-    same = [v for v in versions if (v.major, v.minor) == (want.major, want.minor)]
-    older = [v for v in versions if (v.major, v.minor) < (want.major, want.minor)]
-    chosen = same[-1] if same else older[-1] if older else versions[0]
-    return str(chosen)
 
 
 @pytest.fixture(scope="module")
@@ -236,14 +225,31 @@ def test_a_template_error_names_the_template(tmp_path: Path, monkeypatch: pytest
     assert "roles/gpu_operator/templates/releases/gpu-operator/manifests.yml.j2" in str(err.value)
 
 
+def test_render_template_renders_a_host_role_template() -> None:
+    """The `{{ ansible_managed | comment }}` header as Ansible's own filter writes it, the role's vars
+    built from host_vars, and an error that names the template and the variable."""
+    from ansible.plugins.filter.core import comment
+
+    inv = load_inventory(INVENTORIES["prod"])
+    template = "kernel/templates/etc/modules-load.d/gpubring.conf.j2"
+    text = render_template(
+        inv, template, host="gpu-1", host_vars={"kernel_modules_extra": ["nvidia_peermem"]}
+    )
+    assert text.startswith(comment("Ansible managed") + "\n# Kernel modules")
+    assert text.splitlines()[-3:] == ["overlay", "br_netfilter", "nvidia_peermem"]
+    with pytest.raises(ReleaseRenderError) as err:
+        render_template(inv, template, host_vars={"kernel_modules_extra": "{{ no_such_variable }}"})
+    assert err.value.where == f"roles/{template}"
+    assert "kernel_modules_extra" in err.value.message and "no_such_variable" in err.value.message
+
+
 # -- against upstream ------------------------------------------------------------------------------
 
 
 def test_core_objects_validate_at_the_pinned_kubernetes(plans: dict[str, Any]) -> None:
     checked, custom = 0, set()
     for inventory, release, obj in _objects(plans):
-        pinned = plans[inventory][0].versions["kubernetes"]["version"]
-        schema = nearest_schema_version(pinned, kv_utils.all_versions())
+        schema = schema_version(plans[inventory][0])
         try:
             kubernetes_validate.validate(obj, schema, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -410,8 +416,6 @@ def test_ansible_renders_the_same_releases(inventory: str, tmp_path: Path) -> No
     """playbooks/platform.yml with helm_render_only=true, run by ansible-playbook on this machine as
     the first control plane, renders the same releases as gpubring.releases (the plan)."""
     import json
-    import os
-    import subprocess
     import sys
 
     from gpubring import paths
@@ -429,30 +433,7 @@ def test_ansible_renders_the_same_releases(inventory: str, tmp_path: Path) -> No
         "ansible_become": False,
         "ansible_python_interpreter": sys.executable,
     }
-    (tmp_path / "extra.json").write_text(json.dumps(extra))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    run = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(inv.hosts_file),
-            "-e",
-            f"@{tmp_path / 'extra.json'}",
-            str(playbook),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    run_play(playbook, inv.hosts_file, extra)
     by_ansible = json.loads(out.read_text())
     planned = plan_releases(inv)
     assert [r["name"] for r in by_ansible] == [r.name for r in planned]

@@ -2,8 +2,8 @@
 
 Every template under roles/verify/templates/smoke/ is rendered for the sample inventory and the two
 variant inventories of tests/data/inventories (MIG + time-slicing + Volcano; DRA + Kueue + RDMA), with
-the role's defaults resolved through each inventory as Ansible resolves them (test_cluster_render's
-`render`, on gpubring.releases' Jinja environment), and once with Ansible itself, which must agree:
+the role's defaults resolved through each inventory as Ansible resolves them
+(gpubring.releases.render_template), and once with Ansible itself, which must agree:
 
 - core objects (Namespace, Pod, batch/v1 Job) validate with kubernetes-validate at the pinned Kubernetes;
 - the Volcano Job and the Kueue LocalQueue validate against the upstream CRDs (GPUBRING_UPSTREAM_DIR);
@@ -15,8 +15,6 @@ the role's defaults resolved through each inventory as Ansible resolves them (te
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,9 +24,9 @@ import pytest
 import yaml
 
 import upstream
-from gpubring import paths, releases
+from _render import run_play, schema_version
+from gpubring import releases
 from gpubring.inventory import Inventory, load_inventory
-from test_cluster_render import render, schema_version
 
 REPO = Path(__file__).resolve().parent.parent
 ROLE = REPO / "roles" / "verify"
@@ -86,13 +84,10 @@ def plan_for(inv: Inventory) -> list[dict[str, Any]]:
 
 
 def rendered(inv: Inventory, name: str, plan: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    host = inv.groups["control_plane"][0]
-    text = render(
+    text = releases.render_template(
         inv,
-        host,
-        ROLE / "templates" / templates()[name],
-        {"__verify_plan": plan_for(inv) if plan is None else plan},
-        roles=("verify",),
+        f"verify/templates/{templates()[name]}",
+        host_vars={"__verify_plan": plan_for(inv) if plan is None else plan},
     )
     objects = yaml.safe_load(text)
     assert isinstance(objects, list), f"{name}: expected a YAML list of objects"
@@ -288,30 +283,7 @@ def test_ansible_renders_the_templates_the_same(inventories: dict[str, Inventory
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,
     }
-    (tmp_path / "extra.json").write_text(json.dumps(extra), encoding="utf-8")
-    env = {
-        **os.environ,
-        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
-        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-    }
-    result = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            "-i",
-            str(INVENTORIES["dra-kueue-rdma"]),
-            "-e",
-            f"@{tmp_path / 'extra.json'}",
-            str(tmp_path / "play.yml"),
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_play(tmp_path / "play.yml", INVENTORIES["dra-kueue-rdma"], extra)
     for name in templates():
         by_ansible = json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8"))
         assert by_ansible == rendered(inv, name, plan), name

@@ -5,7 +5,8 @@ roles/<role>/templates/releases/<release>/ (release.yml.j2, values.yml.j2, manif
 helm role resolves the chart's source with roles/helm/templates/source.yml.j2. The roles render them
 with Ansible (roles/helm/tasks/role_releases.yml); this module renders the SAME files with Jinja2 and
 the few Ansible filters they use, so `gpubring plan` shows what a run would apply and the rendering
-tests can validate every values file and manifest. Ansible is never imported here.
+tests can validate every values file and manifest; render_template renders any other role template
+the same way. Ansible is never imported here.
 
 Variables are layered as Ansible layers them for the first control plane (where the platform play
 runs): the platform roles' defaults/main.yml (in playbooks/platform.yml order) and the settings.yml
@@ -38,7 +39,7 @@ from gpubring import paths
 if TYPE_CHECKING:
     from gpubring.inventory import Inventory
 
-__all__ = ["Release", "ReleaseRenderError", "plan_releases", "platform_roles"]
+__all__ = ["Release", "ReleaseRenderError", "plan_releases", "platform_roles", "render_template"]
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -169,6 +170,12 @@ def _basename(value: Any) -> str:
     return os.path.basename(str(value))
 
 
+def _comment(text: Any) -> str:
+    """Ansible's `comment` filter in its default (plain) style."""
+    lines = [f"# {line}" if line else "#" for line in str(text).split("\n")]
+    return "\n".join(["#", *lines, "#"])
+
+
 def _ternary(value: Any, true_val: Any, false_val: Any) -> Any:
     return true_val if _to_bool(value) else false_val
 
@@ -194,6 +201,7 @@ FILTERS: dict[str, Callable[..., Any]] = {
     "from_yaml": _from_yaml,
     "combine": _combine,
     "basename": _basename,
+    "comment": _comment,
     "ternary": _ternary,
     "dict2items": _dict2items,
     "items2dict": _items2dict,
@@ -340,12 +348,13 @@ def _role_file(role: str, rel: str) -> dict[str, Any]:
     return dict(data)
 
 
-def _render_file(path: Path, variables: _Vars) -> Any:
-    rel = (
-        path.relative_to(paths.project_root()).as_posix()
-        if path.is_relative_to(paths.project_root())
-        else str(path)
-    )
+def _shown(path: Path) -> str:
+    root = paths.project_root()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+def _render_text(path: Path, variables: _Vars) -> str:
+    rel = _shown(path)
     try:
         source = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -359,19 +368,30 @@ def _render_file(path: Path, variables: _Vars) -> Any:
         raise ReleaseRenderError(rel, f"line {exc.lineno}: {exc}") from None
     except Exception as exc:  # a template runs Python: any error is the template's (or its input's)
         raise ReleaseRenderError(rel, f"{type(exc).__name__}: {exc}") from None
+    return text
+
+
+def _render_file(path: Path, variables: _Vars) -> Any:
+    text = _render_text(path, variables)
     try:
         return yaml.load(text, Loader=_SafeLoader)
     except yaml.YAMLError as exc:
-        raise ReleaseRenderError(rel, f"the rendered text is not YAML: {exc}") from None
+        raise ReleaseRenderError(_shown(path), f"the rendered text is not YAML: {exc}") from None
 
 
-def _variables(inv: Inventory, host: str | None, roles: tuple[str, ...]) -> _Vars:
+def _variables(
+    inv: Inventory,
+    host: str | None,
+    roles: tuple[str, ...],
+    host_vars: Mapping[str, Any] | None = None,
+) -> _Vars:
     name = host or (inv.groups.get("control_plane") or tuple(inv.hosts))[0]
     raw: dict[str, Any] = {}
     for role in roles:
         raw.update(_role_file(role, "defaults/main.yml"))
     raw.update(inv.settings)
     raw.update(inv.hosts[name].vars)
+    raw.update(host_vars or {})
     for role in roles:
         raw.update(_role_file(role, "vars/main.yml"))
     raw["gpubring_versions"] = inv.versions
@@ -382,8 +402,27 @@ def _variables(inv: Inventory, host: str | None, roles: tuple[str, ...]) -> _Var
         "groups": {g: list(members) for g, members in inv.groups.items()},
         "group_names": list(inv.hosts[name].groups),
         "ansible_check_mode": False,
+        "ansible_managed": "Ansible managed",  # as the template module sets it (the default text)
     }
     return _Vars(raw, extra)
+
+
+def render_template(
+    inv: Inventory,
+    template: str,
+    *,
+    host: str | None = None,
+    roles: tuple[str, ...] | None = None,
+    host_vars: Mapping[str, Any] | None = None,
+) -> str:
+    """The text of a role template rendered for one host as Ansible renders it.
+
+    `template` is a path under roles/ ("verify/templates/smoke/pods.yml.j2"); `host` defaults to the
+    first control plane. The variables are layered as for the releases, from the defaults and vars of
+    `roles` (default: the template's own role); `host_vars` (facts, a task's `vars:`) are added to the
+    host's inventory variables. Raises ReleaseRenderError naming the template or variable that failed."""
+    variables = _variables(inv, host, roles or (template.split("/", 1)[0],), host_vars)
+    return _render_text(paths.roles_dir() / template, variables)
 
 
 def _release(
@@ -414,6 +453,11 @@ def _release(
     ):
         if not merged.get(key):
             raise ReleaseRenderError(f"{where}/release.yml.j2", f"expected a non-empty {key}")
+    return _assemble(role, merged, variables)
+
+
+def _assemble(role: str, merged: Mapping[str, Any], variables: _Vars) -> Release:
+    """The Release of a checked definition, its chart source from the helm role's source.yml.j2."""
     source = _render_file(
         paths.roles_dir() / "helm" / "templates" / "source.yml.j2", variables.child({"helm_release": merged})
     )
@@ -425,10 +469,10 @@ def _release(
         repo=str(merged.get("repo") or ""),
         namespace=str(merged["namespace"]),
         source={k: v for k, v in source.items() if k != "namespace"},
-        values=dict(values),
+        values=dict(merged.get("values") or {}),
         namespace_object=source.get("namespace") if _to_bool(merged.get("create_namespace", True)) else None,
-        pre_manifests=merged["pre_manifests"],
-        manifests=merged["manifests"],
+        pre_manifests=list(merged.get("pre_manifests") or []),
+        manifests=list(merged.get("manifests") or []),
         wait=_to_bool(merged.get("wait", True)),
         timeout=str(merged.get("timeout", "10m")),
         ready=list(merged.get("ready") or []),
@@ -465,22 +509,4 @@ def _extra_release(extra: Any, variables: _Vars, helm_defaults: Mapping[str, Any
     for key in ("name", "chart", "version", "namespace"):
         if not merged.get(key):
             raise ReleaseRenderError(where, f"expected a non-empty {key}")
-    source = _render_file(
-        paths.roles_dir() / "helm" / "templates" / "source.yml.j2", variables.child({"helm_release": merged})
-    )
-    return Release(
-        role="helm",
-        name=str(merged["name"]),
-        chart=str(merged["chart"]),
-        version=str(merged["version"]),
-        repo=str(merged.get("repo") or ""),
-        namespace=str(merged["namespace"]),
-        source={k: v for k, v in source.items() if k != "namespace"},
-        values=dict(merged.get("values") or {}),
-        namespace_object=source.get("namespace") if _to_bool(merged.get("create_namespace", True)) else None,
-        pre_manifests=list(merged.get("pre_manifests") or []),
-        manifests=list(merged.get("manifests") or []),
-        wait=_to_bool(merged.get("wait", True)),
-        timeout=str(merged.get("timeout", "10m")),
-        ready=list(merged.get("ready") or []),
-    )
+    return _assemble("helm", merged, variables)

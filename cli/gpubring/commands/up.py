@@ -8,21 +8,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from gpubring.exitcodes import ExitCode
-from gpubring.options import (
-    Accelerate,
-    Check,
-    Diff,
-    ExtraVars,
-    Forks,
-    FromPhase,
-    InventoryArg,
-    JsonReport,
-    Limit,
-    Only,
-    SkipTags,
-    Tags,
-    Verbose,
-)
+from gpubring.options import FromPhase, InventoryArg, Limit, Only, RunArgs, SkipTags, Tags, run_options
 
 # For tests and playbook development: run phase playbooks (preflight.yml, ...) from another folder.
 PlaybooksDir = Annotated[Path | None, typer.Option("--playbooks-dir", hidden=True)]
@@ -33,6 +19,7 @@ def _bad_input(message: str) -> NoReturn:
     raise typer.Exit(code=ExitCode.BAD_INPUT) from None
 
 
+@run_options
 def command(
     inventory: InventoryArg,
     *,
@@ -41,14 +28,8 @@ def command(
     limit: Limit = None,
     tags: Tags = None,
     skip_tags: SkipTags = None,
-    check: Check = False,
-    diff: Diff = False,
-    extra_vars: ExtraVars = None,
-    forks: Forks = 10,
-    json_report: JsonReport = None,
-    accelerate: Accelerate = True,
-    verbose: Verbose = 0,
     playbooks_dir: PlaybooksDir = None,
+    run: RunArgs,
 ) -> None:
     """Bring the cluster up: preflight, host, cluster, platform, verify (or the phases asked for).
 
@@ -73,10 +54,10 @@ def command(
             from_phase,
             inv.phases,
             inv.phases_skipped_reason,
-            check=check,
+            check=run.check,
             check_only=inv.phases_check_only,
         )
-        sources = runner.parse_extra_vars(extra_vars or [])
+        run_fields = run.fields()
     except (runner.PhaseError, runner.ExtraVarsError) as exc:
         _bad_input(str(exc))
     if limit and not limit.startswith("@") and not resolve_pattern(limit, inv.groups, list(inv.hosts)):
@@ -93,26 +74,21 @@ def command(
         playbooks_dir=playbooks_dir,
         versions=inv.versions,
         serial=str(inv.settings["gpubring_serial"]),
-        extra_vars=sources,
         limit=limit,
         tags=tags,
         skip_tags=skip_tags,
-        check=check,
-        diff=diff,
-        forks=forks,
-        verbosity=verbose,
-        accelerate=accelerate,
+        **run_fields,
     )
     console = Console(highlight=False)
     live = view.RunView(console)
-    mode = " (check mode)" if check else ""
+    mode = " (check mode)" if run.check else ""
     live.intro(f"gpubring up {inventory}{mode}", selection.run, selection.skipped)
     with live:
         result = runner.run(settings, on_event=live.handle)
     view.summary(console, result.report)
-    if json_report is not None:
+    if run.json_report is not None:
         try:
-            report.write_copy(result.report, json_report)
+            report.write_copy(result.report, run.json_report)
         except OSError as exc:
-            typer.echo(f"error: --json {json_report}: {exc.strerror or exc}", err=True)
+            typer.echo(f"error: --json {run.json_report}: {exc.strerror or exc}", err=True)
     raise typer.Exit(code=int(result.exit_code))
