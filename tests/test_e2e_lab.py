@@ -1,14 +1,17 @@
 """End to end: a 3-node lab (1 control plane, 2 GPU nodes) and `gpubring up` over real SSH, twice.
 
 The first run converges the lab's phases; the second must report 0 changed on every host, read from
-the run's JSON report. The lab is torn down whatever happens. The lab uses its own prefix and a
-temporary inventory folder, so a user's `inventories/lab` lab is never touched.
+the run's JSON report. Then `gpubring up --check` dry-runs the cluster and platform phases the lab
+cannot run for real, as far as the unreachable repositories allow. The lab is torn down whatever
+happens. The lab uses its own prefix and a temporary inventory folder, so a user's `inventories/lab`
+lab is never touched.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -156,3 +159,83 @@ def test_up_twice_the_second_run_changes_nothing(lab_dir: Path, tmp_path: Path) 
     assert changed == dict.fromkeys(NODES, 0), (
         f"the second run changed something: {changed}\n{_changed_tasks(second)}"
     )
+
+
+# Every platform release the roles have, turned on for the dry run (the lab's own inventory keeps the
+# role defaults); the lab's containers have no RDMA NIC, so the Network Operator is told which to select.
+PLATFORM_ON = """\
+network_operator_enabled: true
+network_operator_rdma_selectors: {vendors: ["15b3"], deviceIDs: ["101b"]}
+schedulers_volcano_enabled: true
+schedulers_kai_enabled: true
+schedulers_kueue_enabled: true
+monitoring_enabled: true
+"""
+RELEASES = (
+    "gpu-operator", "network-operator", "volcano", "kai-scheduler", "kueue",
+    "kube-prometheus-stack", "prometheus-adapter", "gpu-alerts",
+)  # fmt: skip
+# What check mode cannot get past on the build machines: downloads from the Kubernetes package repository
+# and Helm's release site, and what needs the packages they would bring (kubeadm, the kubelet service).
+OUT_OF_REACH = re.compile(
+    r"Request failed|No package matching 'kube|Failed to find package 'kube"
+    r"|Could not find the requested service kubelet"
+)
+
+
+def _run_messages(report: Mapping[str, Any]) -> list[str]:
+    """The `msg` of every debug task in a run's events (its run folder keeps ansible-runner's artifacts)."""
+    messages = []
+    for path in Path(report["run_folder"]).glob("artifacts/*/job_events/*.json"):
+        data = json.loads(path.read_text()).get("event_data", {})
+        msg = (data.get("res") or {}).get("msg")
+        if data.get("task_action") in ("debug", "ansible.builtin.debug") and isinstance(msg, str):
+            messages.append(msg)
+    return messages
+
+
+def test_check_mode_runs_the_cluster_and_platform_phases(lab_dir: Path, tmp_path: Path) -> None:
+    """The lab cannot run cluster and platform for real; `up --check` takes them as far as it can reach."""
+    extra = tmp_path / "platform-on.yml"
+    extra.write_text(PLATFORM_ON)
+    run = gpubring(
+        "up",
+        lab_dir,
+        "--check",
+        "-e",
+        f"@{extra}",
+        "--only",
+        "cluster,platform",
+        "--json",
+        tmp_path / "c.json",
+    )
+    assert run.returncode == 0, f"`gpubring up --check` failed:\n{_tail(run)}"
+    report = json.loads((tmp_path / "c.json").read_text())
+    assert report["options"]["check"] is True
+    assert report["phases"]["run"] == ["cluster", "platform"]
+    stats = host_stats(report)
+    assert set(stats) == NODES, stats
+    for host, counts in stats.items():
+        assert counts["ok"] > 0 and counts["failed"] == 0 and counts["unreachable"] == 0, (host, counts)
+
+    # Only what is out of reach was let pass, and only in the roles that download it.
+    stopped = [(i["role"], i["task"], i["message"]) for i in report["ignored"]]
+    assert {role for role, _, _ in stopped} <= {"kubernetes_packages", "helm"}, stopped
+    assert all(OUT_OF_REACH.search(message) for _, _, message in stopped), stopped
+    assert any("Download the key" in task for _, task, _ in stopped), stopped
+
+    # Past the downloads every role ran on: kubeadm config, join, CNI, labels, each release.
+    said = "\n".join(_run_messages(report))
+    for node in sorted(NODES - {f"{PREFIX}-cp1"}):
+        assert f"Check mode: {node} would join as a worker" in said, said
+        assert f"no cluster yet on {PREFIX}-cp1; {node} would get" in said, said
+    assert "calico would be applied with the pod network" in said, said
+    for release in RELEASES:
+        assert f"; {release} would be " in said, (release, said)
+
+    # Check mode changed nothing: no Kubernetes source, no /etc/kubernetes.
+    for path in ("/etc/apt/sources.list.d/kubernetes.sources", "/etc/kubernetes"):
+        probe = subprocess.run(
+            ["docker", "exec", f"{PREFIX}-cp1", "test", "-e", path], capture_output=True, check=False
+        )
+        assert probe.returncode == 1, f"{path} exists on {PREFIX}-cp1 after a check-mode run"
