@@ -146,6 +146,23 @@ def test_plan_command_shows_skipped_phases_with_the_reason(make_inventory: MakeI
     assert all("(skipped: a lab of containers cannot run a kubelet)" in r for r in cluster_rows)
 
 
+def test_plan_command_marks_check_only_phases(make_inventory: MakeInventory) -> None:
+    root = make_inventory(
+        {
+            "group_vars/all/operations.yml": "gpubring_phases: [preflight, host, verify]\n"
+            "gpubring_phases_check_only: [platform]\n"
+        }
+    )
+    result = run("plan", root, "--json", "-")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["phases_check_only"] == ["platform"]
+    result = run("plan", root)
+    platform = [r for r in result.stdout.splitlines() if r.lstrip().startswith("platform")]
+    cluster = [r for r in result.stdout.splitlines() if r.lstrip().startswith("cluster")]
+    assert platform and all("(check mode only: gpubring up --check)" in r for r in platform), platform
+    assert cluster and all("(skipped:" in r for r in cluster), cluster
+
+
 def test_plan_json_to_stdout(sample_inventory: Path) -> None:
     result = run("plan", sample_inventory, "--json", "-")
     assert result.exit_code == 0, result.output
