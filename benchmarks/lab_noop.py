@@ -60,6 +60,13 @@ def busy() -> bool:
     return probe.returncode == 0
 
 
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def measure(
     nodes: int, distro: str, forks: int | None, serials: list[str], workdir: Path
 ) -> list[dict[str, Any]]:
@@ -79,9 +86,11 @@ def measure(
             extra = ("-e", f"gpubring_serial={serial}") if serial else ()
             report = workdir / f"noop{nodes}-{serial.rstrip('%') or 'inventory'}.json"
             quiet = not busy()
+            busy0, total0 = cpu_times()
             start = time.monotonic()
             noop = gpubring("up", inventory, *run, *extra, "--json", report)
             seconds = time.monotonic() - start
+            busy1, total1 = cpu_times()
             quiet = quiet and not busy()
             must(noop, "no-op run")
             data = json.loads(report.read_text())
@@ -97,6 +106,9 @@ def measure(
                     "changed": sum(s.get("changed", 0) for s in stats.values()),
                     "strategy": data.get("options", {}).get("strategy", "?"),
                     "quiet": quiet,
+                    # The machine's CPUs busy during the no-op: well below 100 % means a serial bottleneck
+                    # (one controller process), not a lack of cores.
+                    "cpu_busy": (busy1 - busy0) / max(total1 - total0, 1),
                 }
             )
     finally:
@@ -131,13 +143,17 @@ def main() -> None:
                     flush=True,
                 )
     print()
-    print("| nodes | serial | no-op (s) | per host (s) | tasks per host | changed | quiet | converge (s) |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: |")
+    print(
+        "| nodes | serial | no-op (s) | per host (s) | tasks per host | changed | CPUs busy | quiet "
+        "| converge (s) |"
+    )
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |")
     for r in rows:
         quiet = "yes" if r["quiet"] else "no"
         print(
             f"| {r['nodes']} | {r['serial']} | {r['noop_s']:.1f} | {r['per_host_s']:.1f} | "
-            f"{r['tasks_per_host']} | {r['changed']} | {quiet} | {r['converge_s']:.1f} |"
+            f"{r['tasks_per_host']} | {r['changed']} | {r['cpu_busy']:.0%} | {quiet} | "
+            f"{r['converge_s']:.1f} |"
         )
     print(f"\nstrategy: {rows[0]['strategy'] if rows else '?'}")
     for serial in serials:
