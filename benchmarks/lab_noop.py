@@ -119,12 +119,15 @@ def measure(
             report = workdir / f"noop{nodes}-{serial.rstrip('%') or 'inventory'}.json"
             quiet = not busy()
             busy0, total0 = cpu_times()
-            controller0, nodes0 = children_cpu(), lab_cpu()
+            # The controller's CPU is read next to the run, so lab_cpu()'s own `docker ps` is not in it.
+            nodes0 = lab_cpu()
+            controller0 = children_cpu()
             start = time.monotonic()
             noop = gpubring("up", inventory, *run, *extra, "--json", report)
             seconds = time.monotonic() - start
             busy1, total1 = cpu_times()
-            controller1, nodes1 = children_cpu(), lab_cpu()
+            controller1 = children_cpu()
+            nodes1 = lab_cpu()
             quiet = quiet and not busy()
             must(noop, "no-op run")
             data = json.loads(report.read_text())
