@@ -172,8 +172,7 @@ def _run_playbook(inventory: Path, playbook: str, limit: str | None) -> runner.R
             hosts_file=inv.hosts_file,
             command="node-test",
             playbook=paths.playbooks_dir() / playbook,
-            versions=inv.versions,
-            limit=limit,
+                limit=limit,
         )
     )
 

@@ -11,7 +11,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpubring import report, runner, runstore
 from gpubring.events import Event, TaskStart
@@ -183,14 +182,6 @@ def test_accelerator_choice(tmp_path: Path) -> None:
     assert runner._mitogen_declared_range(loaders) == ((2, 12), (2, 17))
 
 
-def test_setting_defaults_cover_settings_yml() -> None:
-    defaults = runner.setting_defaults()
-    declared = yaml.safe_load(Path(runner.paths.settings_file()).read_text())["options"]
-    assert set(defaults) == {k for k, v in declared.items() if "default" in v}
-    assert all(key.startswith("gpubring_") for key in defaults)
-    assert defaults["gpubring_cni"] == declared["gpubring_cni"]["default"]
-
-
 def test_plays_of_follows_imports(tmp_path: Path) -> None:
     (tmp_path / "inner.yml").write_text("- hosts: gpu_nodes\n  tasks: []\n")
     (tmp_path / "outer.yml").write_text(
@@ -276,14 +267,11 @@ def test_real_run_of_the_mixed_playbook(local_inventory: Path, monkeypatch: pyte
     assert mode(folder) == 0o700
     for path in files_under(folder):
         assert mode(path) == 0o600, path
-    # Inventory: absolute paths, defaults first (GPU_NOTES 15: never a relative dir, never a dict).
+    # Inventory: the absolute path of hosts.yml only (GPU_NOTES 15: never a relative dir, never a dict).
     command = json.loads(next(folder.glob("artifacts/*/command")).read_text())
     args = command["command"]
     inventories = [args[i + 1] for i, a in enumerate(args) if a == "-i"]
-    assert inventories == [
-        str(folder / "inventory" / "gpubring-defaults.yml"),
-        str(local_inventory.resolve() / "hosts.yml"),
-    ]
+    assert inventories == [str(local_inventory.resolve() / "hosts.yml")]
     assert command["env"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert command["env"]["ANSIBLE_PIPELINING"] == "True"
     assert "GPUBRING_TEST_SHELL_TOKEN" not in command["env"]
@@ -300,6 +288,7 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
     group_vars = local_inventory / "group_vars" / "all"
     group_vars.mkdir(parents=True)
     (group_vars / "network.yml").write_text("---\ngpubring_cni: cilium\n")
+    (group_vars / "versions.yml").write_text("---\ngpubring_versions: {kubernetes: {version: 1.34.9}}\n")
     base = runstore.runs_dir(local_inventory)
     old = [
         runstore.new_run_folder(local_inventory, "up", datetime(2024, 5, d).astimezone()) for d in (1, 2, 3)
@@ -308,7 +297,6 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
         settings_for(
             local_inventory,
             "vars.yml",
-            versions={"kubernetes": {"version": "1.34.9"}},
             extra_vars=runner.parse_extra_vars(["gpubring_from_extra_vars=yes"]),
             keep_runs=3,
             accelerate=False,
@@ -317,8 +305,8 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
     assert result.exit_code == ExitCode.OK, result.report
     assert result.report["stats"]["node1"]["ok"] == 1
     assert result.report["options"]["strategy"] == "linear"
-    defaults = yaml.safe_load((result.run_folder / "inventory" / "gpubring-defaults.yml").read_text())
-    assert defaults["all"]["vars"] == runner.setting_defaults()
+    # The defaults and the matrix come from the collection's vars plugin, not from files gpubring writes.
+    assert not (result.run_folder / "inventory").exists()
     assert [p.name for p in runstore.run_folders(base)] == [old[1].name, old[2].name, result.run_folder.name]
 
 

@@ -53,7 +53,7 @@ TREE = {
                 msg: b
         """
     ),
-    "roles/b/defaults/main.yml": 'b_version: "{{ gpubring_versions.x.version }}"\n',
+    "roles/b/defaults/main.yml": 'b_version: "{{ gpubring_matrix.x.version }}"\n',
     # role c: includes role b
     "roles/c/tasks/main.yml": "- name: B first\n  ansible.builtin.include_role:\n    name: gpubring.core.b\n",
     # role d: no scenario of its own; scenario vm converges it

@@ -139,7 +139,6 @@ def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSetti
         hosts_file=inv.hosts_file,
         command=step.command,
         playbook=step.playbook,
-        versions=inv.versions,
         serial=str(inv.settings["gpubring_serial"]),
         extra_vars=extra,
         limit=step.limit,

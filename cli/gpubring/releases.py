@@ -394,7 +394,7 @@ def _variables(
     raw.update(host_vars or {})
     for role in roles:
         raw.update(_role_file(role, "vars/main.yml"))
-    raw["gpubring_versions"] = inv.versions
+    raw["gpubring_matrix"] = inv.versions
     extra = {
         "inventory_hostname": name,
         "inventory_hostname_short": name.split(".", 1)[0],

@@ -11,7 +11,7 @@ name. A scenario depends on:
   `gpubring.core.<role>`, transitively;
 - every plugin those files name as `gpubring.core.<name>` (plugins/<type>/<name>.py, or a filter or
   test file that defines <name>), and the module_utils those plugins import, transitively;
-- versions.yml when the scenario's playbooks load it or its roles read `gpubring_versions`.
+- versions.yml when the scenario's playbooks load it or its roles read `gpubring_matrix`.
 
 `changed_paths` asks git what a range changed; `select` maps the paths to scenarios.
 """
@@ -32,9 +32,11 @@ SHARED: tuple[str, ...] = (
     "molecule/images/recipe/",
     "scripts/engine.sh",
     "scripts/molecule-all.sh",
+    "plugins/vars/",
+    "settings.yml",
 )
 """Paths (folders end with /) whose change touches every scenario: the shared base config, shared
-playbooks, the test-host image recipe every container scenario runs on, and the scripts that run them.
+playbooks, the vars plugin and the settings defaults it gives every play, the test-host image recipe every container scenario runs on, and the scripts that run them.
 Another image recipe in a subfolder (molecule/images/<name>/, such as a VM image) touches only the
 scenarios whose files name `images/<name>/`."""
 
@@ -175,7 +177,7 @@ def dependencies(root: Path, name: str) -> ScenarioDeps:
         role = pending.pop()
         roles.add(role)
         texts = list(_texts(root / "roles" / role))
-        uses_versions = uses_versions or any("gpubring_versions" in text for text in texts)
+        uses_versions = uses_versions or any("gpubring_matrix" in text for text in texts)
         found = _references(texts)
         references |= found
         pending |= (found & role_names) - roles

@@ -72,7 +72,6 @@ def command(
         phases=selection.run,
         phases_skipped=selection.skipped,
         playbooks_dir=playbooks_dir,
-        versions=inv.versions,
         serial=str(inv.settings["gpubring_serial"]),
         limit=limit,
         tags=tags,
