@@ -5,6 +5,10 @@ Nothing imported here may import ansible or ansible_runner: `gpubring --help` mu
 
 from __future__ import annotations
 
+import os
+import sys
+from typing import Any, TextIO, cast
+
 import typer
 
 from gpubring import __version__
@@ -45,5 +49,43 @@ def _root(
     """gpubring: one command from a fresh OS install to a GPU Kubernetes cluster."""
 
 
+# Without a terminal (CI logs, pipes, files) rich would wrap every table at 80 columns
+# (`reachabl e`); a log is read wide, so tables get this many columns unless COLUMNS says otherwise.
+UNWRAPPED_COLUMNS = "250"
+
+
+class _ReaderMayLeave:
+    """stdout for a reader that may go away (`gpubring plan … | head`): once the pipe is closed, what is
+    left to print is dropped, and the command goes on and exits with its own code (a run's exit code
+    stays the run's, as in its report.json), with no BrokenPipeError traceback."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # Python's own flush at exit finds a sink too
+        os.close(devnull)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main() -> None:
+    if not sys.stdout.isatty():
+        os.environ.setdefault("COLUMNS", UNWRAPPED_COLUMNS)
+        sys.stdout = cast("TextIO", _ReaderMayLeave(sys.stdout))
     app()

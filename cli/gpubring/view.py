@@ -9,7 +9,9 @@ failed or unreachable result. The view folds the same events as the report (even
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.console import Console, Group, RenderableType
@@ -26,9 +28,12 @@ from gpubring.events import (
     Output,
     PlayStart,
     RunState,
+    TaskStart,
 )
 
 COUNT_COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped")
+HEARTBEAT_S = 30.0
+"""Without a terminal, a line at least this often while a task runs, so a CI log never looks stuck."""
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "magenta", "skipped": "cyan"}
 
 
@@ -44,29 +49,50 @@ def _task_label(task: str, role: str) -> str:
     return f"{role} : {task}" if role and task else task or role
 
 
+def _elapsed(seconds: float) -> str:
+    whole = int(seconds)
+    return f"{whole // 60}m{whole % 60:02d}s" if whole >= 60 else f"{whole}s"
+
+
 class RunView:
     """Receives events (use `handle` as the runner's on_event) and draws them."""
 
-    def __init__(self, console: Console | None = None, live: bool | None = None) -> None:
+    def __init__(
+        self,
+        console: Console | None = None,
+        live: bool | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.console = console or Console(highlight=False)
         self.live_enabled = self.console.is_terminal if live is None else live
         self.state = RunState()
+        self.heartbeat_s = heartbeat_s
+        self.clock = clock
         self._live: Live | None = None
         self._phase = ""
+        self._task_started: dict[str, float] = {}
+        self._last_line = clock()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def print(self, renderable: RenderableType) -> None:
+        self.console.print(renderable)
+        self._last_line = self.clock()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     def intro(self, title: str, phases_run: Sequence[str], phases_skipped: Sequence[tuple[str, str]]) -> None:
-        self.console.print(Text(title, style="bold"))
+        self.print(Text(title, style="bold"))
         if phases_run:
-            self.console.print(Text(f"phases: {', '.join(phases_run)}"))
+            self.print(Text(f"phases: {', '.join(phases_run)}"))
         for line in skipped_lines(phases_skipped, "skipping"):
-            self.console.print(Text(line, style="dim"))
+            self.print(Text(line, style="dim"))
 
     def __enter__(self) -> RunView:
         if self.live_enabled:
             self._live = Live(
-                get_renderable=self._render,
+                get_renderable=self.render,
                 console=self.console,
                 refresh_per_second=4,
                 transient=True,
@@ -74,20 +100,51 @@ class RunView:
                 redirect_stderr=False,
             )
             self._live.start()
+        elif self.heartbeat_s > 0:
+            self._stop.clear()
+            self._beat = threading.Thread(target=self._heartbeat_loop, name="gpubring-heartbeat", daemon=True)
+            self._beat.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None
+        if self._beat is not None:
+            self._stop.set()
+            self._beat.join(timeout=5)
+            self._beat = None
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(min(self.heartbeat_s, 5.0)):
+            line = self.heartbeat()
+            if line is not None:
+                self.print(line)
+
+    def heartbeat(self) -> Text | None:
+        """The progress line that is due (nothing printed for `heartbeat_s`), or None: each host of the
+        current play that still runs a task, with the task and how long it has run."""
+        now = self.clock()
+        if now - self._last_line < self.heartbeat_s:
+            return None
+        running = [
+            f"{name}: {_task_label(host.task, host.role)} ({_elapsed(now - self._task_started[name])})"
+            for name, host in sorted(self.state.hosts.items())
+            if not host.done and host.play == self.state.play and name in self._task_started
+        ]
+        if not running:
+            return None
+        return Text(f"… still running: {'; '.join(running)}", style="dim")
 
     # -- events ------------------------------------------------------------------------------------
 
     def handle(self, event: Event) -> None:
         self.state.apply(event)
+        if isinstance(event, TaskStart):
+            self._task_started[event.host] = self.clock()
         line = self._line(event)
         if line is not None:
-            self.console.print(line)
+            self.print(line)
 
     def _line(self, event: Event) -> Text | None:
         if isinstance(event, PlayStart):
@@ -121,7 +178,7 @@ class RunView:
 
     # -- live table --------------------------------------------------------------------------------
 
-    def _render(self) -> RenderableType:
+    def render(self) -> RenderableType:
         state = self.state
         header = Text()
         header.append(f"phase {state.phase or '-'}", style="bold blue")
@@ -129,14 +186,20 @@ class RunView:
         table = Table(box=None, pad_edge=False, expand=False)
         table.add_column("host", no_wrap=True)
         table.add_column("task", overflow="ellipsis", no_wrap=True, max_width=60)
+        table.add_column("for", justify="right", no_wrap=True)
         for name in COUNT_COLUMNS:
             table.add_column(name, justify="right", style=_STYLE[name])
         room = max(self.console.height - 6, 3)
         hosts = sorted(state.hosts.items(), key=lambda kv: (-(kv[1].failed + kv[1].unreachable), kv[0]))
+        now = self.clock()
         for name, host in hosts[:room]:
+            # A host outside the current play waits for its next play; its last task is over.
+            waiting = host.play != state.play
+            started = self._task_started.get(name)
             table.add_row(
                 name,
-                _task_label(host.task, host.role),
+                Text("waiting", style="dim") if waiting else _task_label(host.task, host.role),
+                "" if waiting or host.done or started is None else _elapsed(now - started),
                 *(str(getattr(host, col)) for col in COUNT_COLUMNS),
             )
         parts: list[RenderableType] = [header, table]
