@@ -37,8 +37,9 @@ SHARED: tuple[str, ...] = (
 )
 """Paths (folders end with /) whose change touches every scenario: the shared base config, shared
 playbooks, the vars plugin and the settings defaults it gives every play, the test-host image recipe
-every container scenario runs on, and the scripts that run them. Another image recipe in a subfolder (molecule/images/<name>/, such as a VM image) touches only the
-scenarios whose files name `images/<name>/`."""
+every container scenario runs on, and the scripts that run them. Another image recipe in a subfolder
+(molecule/images/<name>/, such as a VM image) touches only the scenarios whose files name
+`images/<name>/`."""
 
 NAMESPACE = "gpubring.core."
 _REFERENCE = re.compile(r"\bgpubring\.core\.([A-Za-z_][A-Za-z0-9_]*)\b")
