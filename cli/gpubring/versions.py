@@ -24,7 +24,7 @@ from gpubring.specs import Problem, SafeLoader, did_you_mean
 VERSIONS_KEY = "gpubring_versions"
 RULES_KEY = "gpubring_version_rules"
 _REQ_KEYS = {"path", "min", "max", "min_path", "max_path", "same_major_as", "equal"}
-_RULE_KEYS = {"id", "message", "when", "require"}
+_RULE_KEYS = {"id", "message", "when", "require", "source"}
 
 
 class VersionsFileError(Exception):
@@ -52,6 +52,8 @@ class Rule:
     message: str
     when: Mapping[str, Any]
     require: tuple[Requirement, ...]
+    # Where the upstream says so: the document and the tag (or the chart file) the rule is taken from.
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,13 @@ def _parse_file(file: Path) -> tuple[dict[str, Any], tuple[Rule, ...]]:
                     problems.append(Problem(name, f"{req_where}.{key}", f"expected a version, got {bound}"))
             parsed.append(requirement)
         rules.append(
-            Rule(id=raw["id"], message=str(raw.get("message", "")), when=dict(when), require=tuple(parsed))
+            Rule(
+                id=raw["id"],
+                message=str(raw.get("message", "")),
+                when=dict(when),
+                require=tuple(parsed),
+                source=str(raw.get("source", "")),
+            )
         )
     if problems:
         raise VersionsFileError(problems)
