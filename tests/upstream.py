@@ -1,21 +1,25 @@
-"""The upstream chart values and CRDs the rendering tests check against.
+"""The upstream charts at the versions gpubring pins, which the rendering tests check against.
 
-They live outside the repository (../shared/upstream, one folder per project with a SOURCE.md saying
-where each file comes from); .ci/run exports GPUBRING_UPSTREAM_DIR. Without it the tests that need
-them skip, naming the variable.
+They live outside the repository: GPUBRING_UPSTREAM_DIR (.ci/run sets it to ../shared/upstream) has
+charts/<chart>-<version>/ for every chart at the version versions.yml pins (charts/SOURCES.md says
+which tag each comes from). Without the variable the tests that need them skip, naming it; a pinned
+chart with no folder there is a skip that names the folder, never a silent pass.
 
 Checks offered here:
-- `crd_validator(obj)`: the openAPIV3Schema of the CRD that serves the object's apiVersion/kind, as a
-  jsonschema validator. Kubernetes' x-kubernetes-* keywords are not JSON Schema and are ignored,
+- `render(chart_dir, values, ...)`: a chart rendered by Helm's own engine (helm-python-sdk: the Go
+  library, no helm binary) at the pinned Kubernetes version and the API versions the cluster serves.
+- `crd_errors(obj)`: an object against the openAPIV3Schema of the CRD of the pinned release that
+  serves its apiVersion/kind. Kubernetes' x-kubernetes-* keywords are not JSON Schema and are ignored,
   except that an object schema with `properties` and no `additionalProperties` is closed (unless it
   says x-kubernetes-preserve-unknown-fields): the API server prunes or, with strict field
   validation, rejects an unknown field, and a typo must not pass.
-- `unknown_value_paths(values, upstream)`: the key paths of rendered Helm values that the chart's
-  values.yaml does not have (Helm ignores a mistyped key silently).
+- `unknown_value_paths(values, chart_values)`: the key paths of rendered Helm values that the pinned
+  chart's values (its values.yaml with its subcharts') do not have: Helm ignores a mistyped key.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -27,18 +31,45 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from gpubring import versions
+
 ENV = "GPUBRING_UPSTREAM_DIR"
 
-# Release name -> upstream folder with the chart's values.yaml. None: no upstream values here.
-CHART_VALUES: dict[str, str | None] = {
-    "gpu-operator": "gpu-operator",
-    "network-operator": "network-operator",
-    "volcano": "volcano",
-    "kai-scheduler": "kai-scheduler",
-    "kueue": "kueue",
-    "nvidia-dra-driver-gpu": "dra-driver-gpu",
-    "kube-prometheus-stack": None,
-    "prometheus-adapter": None,
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a plain `=` is the string "=" (as in Go's YAML), not YAML 1.1's
+    value tag that PyYAML cannot construct (Calico's CRDs list `=` among operators)."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_scalar)  # type: ignore[arg-type]
+
+# The chart folders under $GPUBRING_UPSTREAM_DIR/charts of each pin: (pin path, folder pattern).
+PINNED_FOLDERS: tuple[tuple[str, str], ...] = (
+    ("gpu_operator.chart", "gpu-operator-{}"),
+    ("network_operator.chart", "network-operator-{}"),
+    # The nv-ipam CRDs the Network Operator creates itself when it reconciles a NicClusterPolicy.
+    ("network_operator.chart", "network-operator-{}-nv-ipam-crds"),
+    ("volcano.chart", "volcano-{}"),
+    ("kai_scheduler.chart", "kai-scheduler-{}"),
+    ("kueue.chart", "kueue-{}"),
+    ("dra_driver.chart", "nvidia-dra-driver-gpu-{}"),
+    ("monitoring.chart", "kube-prometheus-stack-{}"),
+    ("monitoring.prometheus_adapter_chart", "prometheus-adapter-{}"),
+    ("cni.calico", "tigera-operator-v{}"),
+    ("cni.cilium", "cilium-{}"),
+    ("cni.flannel", "flannel-v{}"),
+)
+
+# Release name -> the pin of its chart version (the chart is named as the release).
+RELEASE_PINS: dict[str, str] = {
+    "gpu-operator": "gpu_operator.chart",
+    "network-operator": "network_operator.chart",
+    "volcano": "volcano.chart",
+    "kai-scheduler": "kai_scheduler.chart",
+    "kueue": "kueue.chart",
+    "nvidia-dra-driver-gpu": "dra_driver.chart",
+    "kube-prometheus-stack": "monitoring.chart",
+    "prometheus-adapter": "monitoring.prometheus_adapter_chart",
 }
 
 # Free-form maps: below these keys a chart passes anything through to Kubernetes objects (or to a
@@ -69,7 +100,7 @@ def upstream_dir() -> Path:
     value = os.environ.get(ENV, "")
     if not value:
         pytest.skip(
-            f"{ENV} is not set: it names the folder of upstream chart values and CRDs "
+            f"{ENV} is not set: it names the folder of the upstream charts at the pinned versions "
             "(.ci/run sets it to ../shared/upstream)"
         )
     path = Path(value)
@@ -78,19 +109,74 @@ def upstream_dir() -> Path:
     return path
 
 
+def pinned_folders(matrix: Mapping[str, Any] | None = None) -> list[str]:
+    """The chart folder names of the pins (the pinned matrix unless another is given)."""
+    matrix = matrix if matrix is not None else versions.load_pinned()
+    return [pattern.format(versions.get_path(matrix, pin)) for pin, pattern in PINNED_FOLDERS]
+
+
+def chart_dir(release: str, version: str) -> Path:
+    """The chart of a release at a version, or skip naming the folder that is missing."""
+    folder = upstream_dir() / "charts" / f"{release}-{version}"
+    if not (folder / "Chart.yaml").is_file():
+        pytest.skip(
+            f"{release} {version}: no chart folder charts/{folder.name} in {ENV}; add it "
+            "(charts/SOURCES.md says where each comes from)"
+        )
+    return folder
+
+
+def _chart(folder: Path) -> Any:
+    helm_python = pytest.importorskip(
+        "helm_python", reason="helm-python-sdk renders the charts: pip install -e '.[test]'"
+    )
+    return helm_python.Chart.load(str(folder))
+
+
 @cache
-def _load_yaml(path: Path) -> Any:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+def _chart_values(folder: Path) -> dict[str, Any]:
+    values = _chart(folder).merge_values({})
+    assert isinstance(values, dict), f"{folder.name}: values are not a mapping"
+    return values
 
 
-def chart_values(release: str) -> dict[str, Any] | None:
-    """The upstream values.yaml of a release's chart, or None when none is stored."""
-    folder = CHART_VALUES.get(release)
-    if folder is None:
-        return None
-    data = _load_yaml(upstream_dir() / folder / "values.yaml")
-    assert isinstance(data, dict), f"{folder}/values.yaml is not a mapping"
-    return data
+def chart_values(release: str, version: str | None = None) -> dict[str, Any]:
+    """The values of a release's chart at the pinned version (or `version`): its values.yaml with
+    its subcharts' values under their names, as Helm coalesces them."""
+    version = version or str(versions.get_path(versions.load_pinned(), RELEASE_PINS[release]))
+    return _chart_values(chart_dir(release, version))
+
+
+def render(
+    folder: Path,
+    values: Mapping[str, Any],
+    *,
+    name: str,
+    namespace: str,
+    kube_version: str,
+    api_versions: tuple[str, ...] = (),
+) -> list[tuple[str, dict[str, Any]]]:
+    """(template, object) for every object a chart renders, by Helm's engine, as `helm install` would
+    at that Kubernetes version with those extra API versions served (.Capabilities)."""
+    from helm_python import _native
+
+    opts = {
+        "name": name,
+        "namespace": namespace,
+        "is_install": True,
+        "kube_version": f"v{kube_version.lstrip('v')}",
+        "api_versions": list(api_versions),
+    }
+    chart = _chart(folder)
+    manifests = json.loads(
+        _native.call_string("helm_render", chart._raw(), json.dumps(values), json.dumps(opts))
+    )
+    out: list[tuple[str, dict[str, Any]]] = []
+    for template, text in sorted(manifests.items()):
+        if not template.endswith((".yaml", ".yml", ".tpl")) or not text.strip():
+            continue
+        out.extend((template, doc) for doc in yaml.safe_load_all(text) if isinstance(doc, dict) and doc)
+    return out
 
 
 def _close_objects(schema: Any) -> Any:
@@ -125,32 +211,56 @@ class Crd:
     schema: dict[str, Any]
 
 
+def _crd_docs(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The CRDs a chart folder holds as plain files (crds/, crd/, a CRD-only folder); templated CRDs
+    come from rendering the chart (`crds()`)."""
+    for path in sorted(folder.rglob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        if "CustomResourceDefinition" not in text or "{{" in text:
+            continue
+        for doc in yaml.load_all(text, Loader=_Loader):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                yield str(path.relative_to(folder.parent)), doc
+
+
 @cache
 def crds() -> dict[tuple[str, str], Crd]:
-    """(apiVersion, kind) -> the CRD version that serves it, from every */crds/*.yaml upstream."""
+    """(apiVersion, kind) -> the CRD version that serves it, from every pinned chart: its CRD files, or
+    for a chart that ships them only as templates (Kueue), what it renders with its default values."""
     out: dict[tuple[str, str], Crd] = {}
-    for path in sorted(upstream_dir().glob("*/crds/*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-            if not isinstance(doc, dict) or doc.get("kind") != "CustomResourceDefinition":
+    matrix = versions.load_pinned()
+    found: list[tuple[str, dict[str, Any]]] = []
+    for name in pinned_folders(matrix):
+        folder = upstream_dir() / "charts" / name
+        if not folder.is_dir():
+            continue
+        files = list(_crd_docs(folder))
+        found.extend(files)
+        if not files and (folder / "Chart.yaml").is_file():  # CRDs as templates only (Kueue)
+            kube = str(matrix["kubernetes"]["version"])
+            objects = render(folder, {}, name=name, namespace="gpubring-crds", kube_version=kube)
+            found.extend(
+                (f"{name}/{t}", o) for t, o in objects if o.get("kind") == "CustomResourceDefinition"
+            )
+    for file, doc in found:
+        spec = doc["spec"]
+        for version in spec["versions"]:
+            if not version.get("served", True) or "schema" not in version:
                 continue
-            spec = doc["spec"]
-            for version in spec["versions"]:
-                if not version.get("served", True):
-                    continue
-                key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
-                # Two copies of one CRD (the GPU Operator bundles the DRA driver's): the first wins,
-                # and the folders sort so the owning project's comes first for ComputeDomain.
-                out.setdefault(
-                    key,
-                    Crd(
-                        file=str(path.relative_to(upstream_dir())),
-                        group=spec["group"],
-                        kind=spec["names"]["kind"],
-                        version=version["name"],
-                        namespaced=spec.get("scope") == "Namespaced",
-                        schema=_close_objects(version["schema"]["openAPIV3Schema"]),
-                    ),
-                )
+            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+            # Two copies of one CRD (the GPU Operator bundles NFD's, so does the Network Operator):
+            # the first wins.
+            out.setdefault(
+                key,
+                Crd(
+                    file=file,
+                    group=spec["group"],
+                    kind=spec["names"]["kind"],
+                    version=version["name"],
+                    namespaced=spec.get("scope") == "Namespaced",
+                    schema=_close_objects(version["schema"]["openAPIV3Schema"]),
+                ),
+            )
     return out
 
 
