@@ -19,6 +19,7 @@ Checks offered here:
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -115,15 +116,35 @@ def pinned_folders(matrix: Mapping[str, Any] | None = None) -> list[str]:
     return [pattern.format(versions.get_path(matrix, pin)) for pin, pattern in PINNED_FOLDERS]
 
 
-def chart_dir(release: str, version: str) -> Path:
-    """The chart of a release at a version, or skip naming the folder that is missing."""
+def chart_dir(release: str, version: str, *, to_render: bool = True) -> Path:
+    """The chart of a release at a version, or skip naming the folder that is missing (and, to render
+    it, the subcharts it lacks)."""
     folder = upstream_dir() / "charts" / f"{release}-{version}"
     if not (folder / "Chart.yaml").is_file():
         pytest.skip(
             f"{release} {version}: no chart folder charts/{folder.name} in {ENV}; add it "
             "(charts/SOURCES.md says where each comes from)"
         )
+    missing = missing_subcharts(folder) if to_render else []
+    if missing:
+        pytest.skip(
+            f"{release} {version}: charts/{folder.name} lacks the subcharts its Chart.yaml names "
+            f"({', '.join(missing)}), which Helm needs to render it; add them under its charts/"
+        )
     return folder
+
+
+def missing_subcharts(folder: Path) -> list[str]:
+    """The dependencies of a chart that are neither a folder nor an archive under its charts/ (Helm
+    refuses to render such a chart, whatever their conditions say)."""
+    meta = yaml.safe_load((folder / "Chart.yaml").read_text(encoding="utf-8")) or {}
+    present = {p.name for p in (folder / "charts").glob("*")} if (folder / "charts").is_dir() else set()
+    missing = []
+    for dep in meta.get("dependencies") or []:
+        name, version = str(dep.get("name")), str(dep.get("version", ""))
+        if name not in present and f"{name}-{version}.tgz" not in present:
+            missing.append(f"{name} {version}".strip())
+    return missing
 
 
 def _chart(folder: Path) -> Any:
@@ -144,7 +165,28 @@ def chart_values(release: str, version: str | None = None) -> dict[str, Any]:
     """The values of a release's chart at the pinned version (or `version`): its values.yaml with
     its subcharts' values under their names, as Helm coalesces them."""
     version = version or str(versions.get_path(versions.load_pinned(), RELEASE_PINS[release]))
-    return _chart_values(chart_dir(release, version))
+    return _chart_values(chart_dir(release, version, to_render=False))
+
+
+@cache
+def builtin_api_versions(kube_version: str) -> tuple[str, ...]:
+    """The group/versions the API server of that Kubernetes version serves by default: every resource
+    kind of its OpenAPI schema (kubernetes-validate's copy), alpha APIs left out (off by default)."""
+    import kubernetes_validate
+
+    from _render import nearest_schema_version
+
+    base = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    schema = nearest_schema_version(kube_version.lstrip("v"), kubernetes_validate.utils.all_versions())
+    folder = base / f"v{schema}-local-strict"
+    data = json.loads((folder / "_definitions.json").read_text(encoding="utf-8"))
+    served = set()
+    for definition in data["$defs"].values():
+        kinds = definition.get("x-kubernetes-group-version-kind") or []
+        if len(kinds) == 1:  # a resource kind (shared types such as DeleteOptions list every version)
+            gvk = kinds[0]
+            served.add(f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"])
+    return tuple(sorted(v for v in served if "alpha" not in v))
 
 
 def render(
@@ -165,7 +207,9 @@ def render(
         "namespace": namespace,
         "is_install": True,
         "kube_version": f"v{kube_version.lstrip('v')}",
-        "api_versions": list(api_versions),
+        # The SDK's offline render knows no API version at all (`helm template` would assume its own
+        # client's set): give it the pinned Kubernetes' built-in ones besides the CRDs' that it is told.
+        "api_versions": sorted({*builtin_api_versions(kube_version), *api_versions}),
     }
     chart = _chart(folder)
     manifests = json.loads(
@@ -264,10 +308,40 @@ def crds() -> dict[tuple[str, str], Crd]:
     return out
 
 
+def _allows_null(schema: Mapping[str, Any]) -> bool:
+    kind = schema.get("type")
+    return kind is None or kind == "null" or (isinstance(kind, list) and "null" in kind)
+
+
+def as_stored(value: Any, schema: Any) -> Any:
+    """The object as the API server stores it before validating a custom resource: a null where the
+    schema is not nullable is pruned, then a missing property with a `default` gets it (CRD
+    structural schemas: "Defaulting and Nullable")."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, list):
+        return [as_stored(item, schema.get("items")) for item in value]
+    if not isinstance(value, Mapping):
+        return value
+    props = schema.get("properties") or {}
+    extra = schema.get("additionalProperties")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        sub = props.get(key, extra if isinstance(extra, Mapping) else None)
+        if item is None and isinstance(sub, Mapping) and not _allows_null(sub):
+            continue
+        out[key] = as_stored(item, sub)
+    for key, sub in props.items():
+        if key not in out and isinstance(sub, Mapping) and "default" in sub:
+            out[key] = as_stored(copy.deepcopy(sub["default"]), sub)
+    return out
+
+
 def crd_errors(obj: Mapping[str, Any]) -> list[str]:
-    """Schema violations of a custom resource against its upstream CRD (KeyError: no such CRD)."""
+    """Schema violations of a custom resource against the CRD of the pinned release (KeyError: no
+    such CRD), after the API server's pruning of nulls and defaulting."""
     crd = crds()[(str(obj.get("apiVersion")), str(obj.get("kind")))]
-    body = {k: v for k, v in obj.items() if k != "metadata"}
+    body = as_stored({k: v for k, v in obj.items() if k != "metadata"}, crd.schema)
     schema = {k: v for k, v in crd.schema.items()}
     schema["properties"] = {k: v for k, v in crd.schema.get("properties", {}).items() if k != "metadata"}
     errors = [
