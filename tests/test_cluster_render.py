@@ -21,11 +21,13 @@ takes the kubeadm v1beta3 API; Cilium; Flannel):
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import re
 import shlex
 import shutil
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -171,11 +173,21 @@ def _facts(inv: Inventory, host: str) -> dict[str, Any]:
 
 
 def _with_host_vars(inv: Inventory, host: str, extra: Mapping[str, Any]) -> Inventory:
-    """The inventory with more variables on one host (facts, the template's own `vars:`)."""
+    """The inventory with more variables on one host (in host_vars/<host>.yml of a copy, which Ansible
+    reads): a template's inputs that the sample inventories do not set."""
+    root = Path(tempfile.mkdtemp(prefix="gpubring-render-"))
+    atexit.register(shutil.rmtree, root, True)
+    shutil.copytree(inv.root, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".gpubring"))
+    host_file = root / "host_vars" / f"{host}.yml"
+    host_file.parent.mkdir(exist_ok=True)
+    old_vars = yaml.safe_load(host_file.read_text(encoding="utf-8")) if host_file.exists() else None
+    host_file.write_text(json.dumps({**(old_vars or {}), **extra}), encoding="utf-8")
     old = inv.hosts[host]
     hosts = dict(inv.hosts)
     hosts[host] = dataclasses.replace(old, vars={**old.vars, **extra})
-    return dataclasses.replace(inv, hosts=hosts)
+    return dataclasses.replace(
+        inv, root=root, hosts_file=root / inv.hosts_file.relative_to(inv.root), hosts=hosts
+    )
 
 
 def render(inv: Inventory, host: str, template: str, extra: Mapping[str, Any] | None = None) -> str:
@@ -203,7 +215,7 @@ def validate_core(obj: Mapping[str, Any], inv: Inventory) -> None:
 def cni_release(inv: Inventory, release_id: str) -> releases.Release | None:
     """A cni release rendered by the helm role's engine as `gpubring plan` renders the platform's."""
     host = inv.groups["control_plane"][0]
-    variables = releases._variables(_with_host_vars(inv, host, {}), host, ("helm", "cni"))
+    variables = releases.host_variables(inv, host, ("helm", "cni"))
     return releases._release("cni", release_id, variables, variables["helm_release_defaults"])
 
 
@@ -330,8 +342,8 @@ def test_several_control_planes_need_an_endpoint(inventories: dict[str, Inventor
     conditions = endpoint_check["ansible.builtin.assert"]["that"]
 
     def passes(inv: Inventory) -> bool:
-        variables = releases._variables(
-            _with_host_vars(inv, "cp-1", {"ansible_facts": _facts(inv, "cp-1")}), "cp-1", CLUSTER_ROLES
+        variables = releases.host_variables(
+            inv, "cp-1", CLUSTER_ROLES, host_vars={"ansible_facts": _facts(inv, "cp-1")}
         )
         return all(variables.resolve("{{ " + c + " }}", "that") is True for c in conditions)
 
@@ -632,12 +644,12 @@ def test_flannel_gets_the_pod_cidr(inventories: dict[str, Inventory]) -> None:
     }
     assert config["data"]["cni-conf.json"] == upstream[2]["data"]["cni-conf.json"]
     assert [o for i, o in enumerate(objects) if i != 2] == [o for i, o in enumerate(upstream) if i != 2]
-    url = releases._variables(inv, "cp-1", ("cni",))["cni_flannel_manifest_url"]
+    url = releases.host_variables(inv, "cp-1", ("cni",))["cni_flannel_manifest_url"]
     assert url == "https://github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml"
     mirrored = _with_host_vars(
         inv, "cp-1", {"gpubring_binary_mirror": "https://mirror.example.internal/bin/"}
     )
-    assert releases._variables(mirrored, "cp-1", ("cni",))["cni_flannel_manifest_url"] == (
+    assert releases.host_variables(mirrored, "cp-1", ("cni",))["cni_flannel_manifest_url"] == (
         "https://mirror.example.internal/bin/flannel/v0.27.4/kube-flannel.yml"
     )
 

@@ -49,7 +49,7 @@ def inventories() -> dict[str, Inventory]:
 def role_vars(inv: Inventory) -> Any:
     """The verify role's variables for the first control plane (where the smoke tests render)."""
     host = inv.groups["control_plane"][0]
-    return releases._variables(inv, host, ("verify",))
+    return releases.host_variables(inv, host, ("verify",))
 
 
 def templates() -> dict[str, str]:

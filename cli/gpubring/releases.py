@@ -1,51 +1,53 @@
-"""The Helm releases of the platform phase, rendered from an inventory without Ansible.
+"""The Helm releases of the platform phase, rendered in-process by Ansible itself.
 
 The platform roles keep each release as three templates under
 roles/<role>/templates/releases/<release>/ (release.yml.j2, values.yml.j2, manifests.yml.j2) and the
-helm role resolves the chart's source with roles/helm/templates/source.yml.j2. The roles render them
-with Ansible (roles/helm/tasks/role_releases.yml); this module renders the SAME files with Jinja2 and
-the few Ansible filters they use, so `gpubring plan` shows what a run would apply and the rendering
-tests can validate every values file and manifest; render_template renders any other role template
-the same way. Ansible is never imported here.
+helm role resolves the chart's source with roles/helm/templates/source.yml.j2. A run renders them with
+the `ansible.builtin.template` lookup (roles/helm/tasks/role_releases.yml); `gpubring plan` and the
+rendering tests call that same lookup plugin here, with the variables Ansible gives the host:
+DataLoader + InventoryManager + VariableManager over the inventory, playbooks/platform.yml loaded as a
+Play (so role defaults and vars, group_vars precedence and the collection's vars plugin
+gpubring.core.defaults are Ansible's), and Ansible's sandboxed Templar. Nothing of Jinja is copied here.
 
-Variables are layered as Ansible layers them for the first control plane (where the platform play
-runs): the platform roles' defaults/main.yml (in playbooks/platform.yml order) and the settings.yml
-defaults, then the host's inventory variables, then the roles' vars/main.yml; `gpubring_versions` is
-the effective matrix (pins plus overrides). A default such as "{{ gpubring_versions.helm.version }}"
-is resolved lazily, and a string that is one expression keeps its type, as in ansible-core 2.19.
-Facts do not exist here: a template reads them with a default (the roles compute them at run time).
+Two differences from a run, both on purpose:
+- Lookups do not run (a `lookup('pipe', ...)` in an inventory value would run a command on the
+  controller). A release that needs one is returned with `deferred` saying so: it renders at run time.
+- Ansible parses a copy of hosts.yml that keeps only the host the play runs on (10,000 hosts cost
+  Ansible seconds); the `groups` magic variable still lists every host of the inventory.
+Ansible is imported only when something is rendered (`gpubring --help` does not pay for it).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
-from itertools import chain, islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import jinja2
-import jinja2.runtime
 import yaml
-from jinja2.nativetypes import NativeEnvironment
-from jinja2.sandbox import SandboxedEnvironment
 
 from gpubring import paths
 
 if TYPE_CHECKING:
     from gpubring.inventory import Inventory
 
-__all__ = ["Release", "ReleaseRenderError", "plan_releases", "platform_roles", "render_template"]
+__all__ = [
+    "Release",
+    "ReleaseRenderError",
+    "Variables",
+    "host_variables",
+    "plan_releases",
+    "platform_roles",
+    "render_template",
+]
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_ONE_EXPRESSION = re.compile(r"^\{\{(?:(?!\{\{|\}\}).)*\}\}$", re.DOTALL)
-_BOOL_TRUE = frozenset({"yes", "on", "1", "true", "y", "t"})
 _INTERNAL = ("enabled", "values_overrides")
+RUN_TIME = "rendered at run time"
 
 
 class ReleaseRenderError(Exception):
@@ -57,9 +59,20 @@ class ReleaseRenderError(Exception):
         self.message = message
 
 
+class LookupRefused(Exception):
+    """A template called a lookup plugin, which only a run may do."""
+
+    def __init__(self, plugin: str) -> None:
+        super().__init__(f"lookup {plugin!r}: {RUN_TIME}, not by gpubring plan")
+        self.plugin = plugin
+
+
 @dataclass(frozen=True)
 class Release:
-    """One Helm release as the platform phase applies it."""
+    """One Helm release as the platform phase applies it.
+
+    `deferred` is non-empty when the release uses a lookup: it says why, and the other fields hold
+    only what was known without it (the role and the release's folder name)."""
 
     role: str
     name: str
@@ -75,6 +88,7 @@ class Release:
     wait: bool = True
     timeout: str = "10m"
     ready: list[dict[str, Any]] = field(default_factory=list)
+    deferred: str = ""
 
     @property
     def ref(self) -> str:
@@ -104,214 +118,285 @@ class Release:
             "wait": self.wait,
             "timeout": self.timeout,
             "ready": self.ready,
+            "deferred": self.deferred,
         }
 
 
-# -- the Ansible filters the templates use ---------------------------------------------------------
+# -- Ansible, in this process ---------------------------------------------------------------------
 
 
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
+@cache
+def _ansible_ready() -> None:
+    """Configure Ansible as the runner does (collection, roles, vars plugin), once, before its
+    constants are read; then install the collection loader."""
+    os.environ["ANSIBLE_COLLECTIONS_PATH"] = str(paths.collections_path())
+    os.environ["ANSIBLE_ROLES_PATH"] = str(paths.roles_dir())
+    os.environ["ANSIBLE_VARS_ENABLED"] = "host_group_vars,gpubring.core.defaults"
+    os.environ.setdefault("ANSIBLE_LOCALHOST_WARNING", "false")
+    os.environ.setdefault("ANSIBLE_INVENTORY_UNPARSED_WARNING", "false")
+    from ansible import constants
+    from ansible.plugins.loader import init_plugin_loader
+
+    if "gpubring.core.defaults" not in constants.VARIABLE_PLUGINS_ENABLED:  # imported before us
+        constants.VARIABLE_PLUGINS_ENABLED = ["host_group_vars", "gpubring.core.defaults"]
+    # The inventory model imports the collection's module_utils as plain namespace packages; Ansible's
+    # collection loader must own `ansible_collections` to find the collection's roles and plugins.
+    for name in [
+        m for m in sys.modules if m == "ansible_collections" or m.startswith("ansible_collections.")
+    ]:
+        if "_collection_finder" not in type(getattr(sys.modules[name], "__loader__", None)).__module__:
+            del sys.modules[name]
+    init_plugin_loader([str(paths.collections_path())])
+
+
+class _RefusingLookups:
+    """Stands in for Ansible's lookup plugin loader while gpubring renders: every lookup is refused."""
+
+    def get(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        raise LookupRefused(name)
+
+
+@contextmanager
+def _no_lookups() -> Iterator[None]:
+    """Templates rendered inside cannot call lookup()/query()/q(): Ansible invokes them through the
+    loader of _jinja_plugins, replaced here for the duration."""
+    from ansible._internal._templating import _jinja_plugins
+
+    real = _jinja_plugins.lookup_loader
+    _jinja_plugins.lookup_loader = _RefusingLookups()
+    try:
+        yield
+    finally:
+        _jinja_plugins.lookup_loader = real
+
+
+def _refused(exc: BaseException) -> LookupRefused | None:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, LookupRefused):
+            return cur
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    """Ansible's message for a failed template, without its traceback."""
+    if (refused := _refused(exc)) is not None:
+        return str(refused)
+    text = str(exc).strip() or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text}: {cause}"
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's result as plain Python data (no tagged str, no lazy containers)."""
+    if isinstance(value, bool) or value is None:
         return value
-    if value is None:
-        return False
-    if isinstance(value, int | float):
-        return value == 1
-    return str(value).strip().lower() in _BOOL_TRUE
+    if isinstance(value, str):
+        return str.__str__(value) if type(value) is not str else value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    return value
 
 
-def _to_json(value: Any, **kw: Any) -> str:
-    return json.dumps(value, **kw)
+def _trusted(value: Any) -> Any:
+    """A value given in Python (facts, a task's `vars:`) as YAML in a task would be: templatable."""
+    from ansible.template import trust_as_template
+
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, Mapping):
+        return {k: _trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
 
 
-def _to_nice_json(value: Any, indent: int = 4, sort_keys: bool = True, **kw: Any) -> str:
-    return json.dumps(value, indent=indent, sort_keys=sort_keys, separators=(",", ": "), **kw)
+def _shown(path: Path) -> str:
+    root = paths.project_root()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _to_yaml(value: Any, **kw: Any) -> str:
-    return str(yaml.dump(value, Dumper=_SafeDumper, allow_unicode=True, **kw))
-
-
-def _to_nice_yaml(value: Any, indent: int = 4, **kw: Any) -> str:
-    return str(
-        yaml.dump(
-            value, Dumper=_SafeDumper, indent=indent, allow_unicode=True, default_flow_style=False, **kw
-        )
-    )
-
-
-def _from_yaml(value: Any) -> Any:
-    return yaml.load(value, Loader=_SafeLoader) if isinstance(value, str) else value
-
-
-def _merge(left: Mapping[str, Any], right: Mapping[str, Any], recursive: bool) -> dict[str, Any]:
-    out = dict(left)
-    for key, value in right.items():
-        if recursive and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value, True)
-        else:
-            out[key] = value
-    return out
-
-
-def _combine(*terms: Any, recursive: bool = False) -> dict[str, Any]:
-    dicts: list[Mapping[str, Any]] = []
-    for term in terms:
-        dicts.extend(term if isinstance(term, list) else [term])
-    out: dict[str, Any] = {}
-    for item in dicts:
-        if not isinstance(item, Mapping):
-            raise jinja2.TemplateRuntimeError(f"combine expects dictionaries, got {type(item).__name__}")
-        out = _merge(out, item, recursive)
-    return out
-
-
-def _basename(value: Any) -> str:
-    return os.path.basename(str(value))
-
-
-def _comment(text: Any) -> str:
-    """Ansible's `comment` filter in its default (plain) style."""
-    lines = [f"# {line}" if line else "#" for line in str(text).split("\n")]
-    return "\n".join(["#", *lines, "#"])
-
-
-def _ternary(value: Any, true_val: Any, false_val: Any) -> Any:
-    return true_val if _to_bool(value) else false_val
-
-
-def _dict2items(
-    value: Mapping[str, Any], key_name: str = "key", value_name: str = "value"
-) -> list[dict[str, Any]]:
-    return [{key_name: k, value_name: v} for k, v in value.items()]
-
-
-def _items2dict(
-    value: Iterable[Mapping[str, Any]], key_name: str = "key", value_name: str = "value"
-) -> dict[str, Any]:
-    return {item[key_name]: item[value_name] for item in value}
-
-
-FILTERS: dict[str, Callable[..., Any]] = {
-    "bool": _to_bool,
-    "to_json": _to_json,
-    "to_nice_json": _to_nice_json,
-    "to_yaml": _to_yaml,
-    "to_nice_yaml": _to_nice_yaml,
-    "from_yaml": _from_yaml,
-    "combine": _combine,
-    "basename": _basename,
-    "comment": _comment,
-    "ternary": _ternary,
-    "dict2items": _dict2items,
-    "items2dict": _items2dict,
-}
-
-
-def _native_concat(values: Iterator[Any]) -> Any:
-    """One expression keeps its type (ansible-core 2.19); anything else is a string."""
-    head = list(islice(values, 2))
-    if not head:
+def _pruned_hosts(hosts_file: Path, keep: str) -> Any | None:
+    """hosts.yml with only `keep` in each `hosts:` (groups, children and vars unchanged), or None when
+    the file is not a plain YAML inventory that names the host (ranges, scripts: Ansible reads it all)."""
+    try:
+        data = yaml.load(hosts_file.read_text(encoding="utf-8"), Loader=_SafeLoader)
+    except (OSError, yaml.YAMLError):
         return None
-    if len(head) == 1:
-        return head[0]
-    return "".join(str(v) for v in chain(head, values))
+    found = False
+
+    def prune(group: Any) -> Any:
+        nonlocal found
+        if not isinstance(group, Mapping):
+            return group
+        out = dict(group)
+        if isinstance(group.get("hosts"), Mapping):
+            out["hosts"] = {h: v for h, v in group["hosts"].items() if str(h) == keep}
+            found = found or bool(out["hosts"])
+        if isinstance(group.get("children"), Mapping):
+            out["children"] = {g: prune(v) for g, v in group["children"].items()}
+        return out
+
+    if not isinstance(data, Mapping):
+        return None
+    pruned = {g: prune(v) for g, v in data.items()}
+    return _trusted(pruned) if found else None
 
 
-def _context(tmpl: jinja2.Template, variables: Mapping[str, Any]) -> jinja2.runtime.Context:
-    """A render context that reads `variables` itself (shared), so lazy variables stay lazy: Jinja
-    only needs `in` and `[]` of its parent, though its annotation says dict."""
-    return tmpl.new_context(cast(dict[str, Any], variables), shared=True)
+def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for path in sorted(root.rglob("*")):
+        if ".gpubring" in path.parts or not path.is_file():
+            continue
+        st = path.stat()
+        out.append((str(path), st.st_mtime_ns, st.st_size))
+    return tuple(out)
 
 
-def _configure(env: jinja2.Environment) -> jinja2.Environment:
-    env.filters.update(FILTERS)
-    return env
+@dataclass(frozen=True)
+class _Session:
+    loader: Any
+    variables: dict[str, Any]
 
 
 @cache
-def _file_env() -> jinja2.Environment:
-    # Ansible renders templates with trim_blocks on and a sandboxed environment.
-    return _configure(
-        SandboxedEnvironment(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True)
-    )
+def _session(
+    hosts_file: str,
+    root: str,
+    host: str,
+    roles: tuple[str, ...] | None,
+    groups: tuple[tuple[str, tuple[str, ...]], ...],
+    _stamp: tuple[tuple[str, int, int], ...],
+) -> _Session:
+    _ansible_ready()
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.playbook import Playbook
+    from ansible.playbook.play import Play
+    from ansible.vars.manager import VariableManager
 
+    pruned = _pruned_hosts(Path(hosts_file), host)
 
-@cache
-def _expr_env() -> jinja2.Environment:
-    return _configure(NativeEnvironment(undefined=jinja2.StrictUndefined))
+    class Loader(DataLoader):  # type: ignore[misc]
+        def load_from_file(self, file_name: str, *args: Any, **kwargs: Any) -> Any:
+            if pruned is not None and os.path.abspath(file_name) == hosts_file:
+                return pruned
+            return super().load_from_file(file_name, *args, **kwargs)
 
-
-class _Vars(Mapping[str, Any]):
-    """Variables whose templated strings render on first use, like Ansible's lazy variables."""
-
-    def __init__(
-        self, raw: Mapping[str, Any], extra: Mapping[str, Any] | None = None, parent: _Vars | None = None
-    ) -> None:
-        self._raw = raw
-        self._extra = dict(extra or {})
-        self._parent = parent
-        self._done: dict[str, Any] = {}
-        self._busy: set[str] = set()
-
-    def child(self, extra: Mapping[str, Any]) -> _Vars:
-        return _Vars({}, extra, self)
-
-    def __contains__(self, key: object) -> bool:
-        return (
-            key in self._extra
-            or key in self._raw
-            or (self._parent is not None and key in self._parent)
-            or key in _file_env().globals
+    loader = Loader()
+    inventory = InventoryManager(loader=loader, sources=[hosts_file])
+    if pruned is not None:  # every host of each group, as Ansible would list them from the whole file
+        full = {**inventory.get_groups_dict(), **{g: list(m) for g, m in groups}}
+        inventory.get_groups_dict = lambda: full
+    manager = VariableManager(loader=loader, inventory=inventory)
+    if roles is None:
+        playbook = str(paths.playbooks_dir() / "platform.yml")
+        play = Playbook.load(playbook, variable_manager=manager, loader=loader).get_plays()[0]
+    else:
+        loader.set_basedir(str(paths.playbooks_dir()))
+        play = Play.load(
+            {
+                "name": "gpubring render",
+                "hosts": host,
+                "gather_facts": False,
+                "roles": [{"role": f"gpubring.core.{r}"} for r in roles],
+            },
+            variable_manager=manager,
+            loader=loader,
         )
+    target = inventory.get_host(host)
+    if target is None:
+        raise ReleaseRenderError(_shown(Path(hosts_file)), f"Ansible finds no host {host!r}")
+    variables = manager.get_vars(play=play, host=target)
+    variables.setdefault("inventory_dir", root)
+    return _Session(loader, variables)
+
+
+class Variables(Mapping[str, Any]):
+    """The variables Ansible gives one host in a play of `roles`, each rendered on access by
+    Ansible's Templar (lookups refused), as plain Python data."""
+
+    def __init__(self, session: _Session, extra: Mapping[str, Any] | None = None) -> None:
+        self._loader = session.loader
+        self.raw: dict[str, Any] = {**session.variables, **_trusted(dict(extra or {}))}
+
+    def _templar(self, extra: Mapping[str, Any] | None = None) -> Any:
+        from ansible.template import Templar
+
+        return Templar(loader=self._loader, variables={**self.raw, **(extra or {})})
 
     def __getitem__(self, key: str) -> Any:
-        if key in self._extra:
-            return self._extra[key]
-        if key in self._raw:
-            if key not in self._done:
-                if key in self._busy:
-                    raise ReleaseRenderError(key, "the variable refers to itself")
-                self._busy.add(key)
-                try:
-                    self._done[key] = self.resolve(self._raw[key], key)
-                finally:
-                    self._busy.discard(key)
-            return self._done[key]
-        if self._parent is not None and key in self._parent:
-            return self._parent[key]
-        return _file_env().globals[key]
+        raw = self.raw[key]
+        return self.resolve(raw, key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(
-            {**dict.fromkeys(self._parent or ()), **dict.fromkeys(self._raw), **dict.fromkeys(self._extra)}
-        )
+        return iter(self.raw)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return len(self.raw)
 
-    def resolve(self, value: Any, where: str) -> Any:
-        """Render the templated strings in a value (recursively through lists and dicts)."""
-        if isinstance(value, str):
-            if "{{" not in value and "{%" not in value:
-                return value
-            try:
-                if _ONE_EXPRESSION.match(value.strip()):
-                    tmpl = _expr_env().from_string(value.strip())
-                    out = _native_concat(tmpl.root_render_func(_context(tmpl, self)))
-                else:
-                    tmpl = _file_env().from_string(value)
-                    out = "".join(tmpl.root_render_func(_context(tmpl, self)))
-            except ReleaseRenderError:
-                raise
-            except Exception as exc:  # any error of the expression is the variable's
-                raise ReleaseRenderError(where, f"{type(exc).__name__}: {exc} (in {value!r})") from None
-            return self.resolve(out, where) if isinstance(out, str) and out != value else out
-        if isinstance(value, Mapping):
-            return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return value
+    def resolve(self, value: Any, where: str = "value") -> Any:
+        """`value` (a Jinja expression such as "{{ x | bool }}", or data holding some) rendered."""
+        try:
+            with _no_lookups():
+                return _plain(self._templar().template(_trusted(value)))
+        except Exception as exc:  # any error of the expression is the variable's
+            if (refused := _refused(exc)) is not None:
+                raise refused from None
+            raise ReleaseRenderError(where, _message(exc)) from None
+
+    def render_file(self, path: Path, extra: Mapping[str, Any] | None = None) -> str:
+        """The text of a template file, rendered by the ansible.builtin.template lookup as a task's
+        `lookup('ansible.builtin.template', path, template_vars=extra)` renders it."""
+        from ansible.plugins.loader import lookup_loader
+
+        rel = _shown(path)
+        if not path.is_file():
+            raise ReleaseRenderError(rel, "cannot read the template: no such file")
+        templar = self._templar()
+        plugin = lookup_loader.get("ansible.builtin.template", loader=self._loader, templar=templar)
+        try:
+            with _no_lookups():
+                (text,) = plugin.run([str(path)], variables=self.raw, template_vars=dict(extra or {}))
+        except Exception as exc:  # a template runs Python: any error is the template's (or its input's)
+            if (refused := _refused(exc)) is not None:
+                raise refused from None
+            raise ReleaseRenderError(rel, _message(exc)) from None
+        return str(text)
+
+    def render_yaml(self, path: Path, extra: Mapping[str, Any] | None = None) -> Any:
+        text = self.render_file(path, extra)
+        try:
+            return _plain(yaml.load(text, Loader=_SafeLoader))
+        except yaml.YAMLError as exc:
+            raise ReleaseRenderError(_shown(path), f"the rendered text is not YAML: {exc}") from None
+
+
+def host_variables(
+    inv: Inventory,
+    host: str | None = None,
+    roles: tuple[str, ...] | None = None,
+    host_vars: Mapping[str, Any] | None = None,
+) -> Variables:
+    """Ansible's variables of `host` (default: the first control plane) in the platform play, or in a
+    play of `roles` (short names); `host_vars` (facts, a task's `vars:`) rank above them all."""
+    name = host or (inv.groups.get("control_plane") or tuple(inv.hosts))[0]
+    hosts_file = os.path.abspath(inv.hosts_file)
+    groups = tuple((g, tuple(m)) for g, m in inv.groups.items())
+    groups += (("all", tuple(inv.hosts)),)
+    session = _session(hosts_file, str(inv.root.resolve()), name, roles, groups, _fingerprint(inv.root))
+    return Variables(session, host_vars)
 
 
 # -- reading the roles -----------------------------------------------------------------------------
@@ -339,74 +424,6 @@ def platform_roles(playbook: Path | None = None) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _role_file(role: str, rel: str) -> dict[str, Any]:
-    data = _read_yaml(paths.roles_dir() / role / rel)
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ReleaseRenderError(f"roles/{role}/{rel}", "expected a mapping of variables")
-    return dict(data)
-
-
-def _shown(path: Path) -> str:
-    root = paths.project_root()
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
-
-
-def _render_text(path: Path, variables: _Vars) -> str:
-    rel = _shown(path)
-    try:
-        source = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReleaseRenderError(rel, f"cannot read the template: {exc}") from None
-    try:
-        tmpl = _file_env().from_string(source)
-        text = "".join(tmpl.root_render_func(_context(tmpl, variables)))
-    except ReleaseRenderError as exc:
-        raise ReleaseRenderError(rel, exc.message if exc.where in rel else str(exc)) from None
-    except jinja2.TemplateSyntaxError as exc:
-        raise ReleaseRenderError(rel, f"line {exc.lineno}: {exc}") from None
-    except Exception as exc:  # a template runs Python: any error is the template's (or its input's)
-        raise ReleaseRenderError(rel, f"{type(exc).__name__}: {exc}") from None
-    return text
-
-
-def _render_file(path: Path, variables: _Vars) -> Any:
-    text = _render_text(path, variables)
-    try:
-        return yaml.load(text, Loader=_SafeLoader)
-    except yaml.YAMLError as exc:
-        raise ReleaseRenderError(_shown(path), f"the rendered text is not YAML: {exc}") from None
-
-
-def _variables(
-    inv: Inventory,
-    host: str | None,
-    roles: tuple[str, ...],
-    host_vars: Mapping[str, Any] | None = None,
-) -> _Vars:
-    name = host or (inv.groups.get("control_plane") or tuple(inv.hosts))[0]
-    raw: dict[str, Any] = {}
-    for role in roles:
-        raw.update(_role_file(role, "defaults/main.yml"))
-    raw.update(inv.settings)
-    raw.update(inv.hosts[name].vars)
-    raw.update(host_vars or {})
-    for role in roles:
-        raw.update(_role_file(role, "vars/main.yml"))
-    raw["gpubring_matrix"] = inv.versions
-    extra = {
-        "inventory_hostname": name,
-        "inventory_hostname_short": name.split(".", 1)[0],
-        "inventory_dir": str(inv.root.resolve()),
-        "groups": {g: list(members) for g, members in inv.groups.items()},
-        "group_names": list(inv.hosts[name].groups),
-        "ansible_check_mode": False,
-        "ansible_managed": "Ansible managed",  # as the template module sets it (the default text)
-    }
-    return _Vars(raw, extra)
-
-
 def render_template(
     inv: Inventory,
     template: str,
@@ -415,51 +432,83 @@ def render_template(
     roles: tuple[str, ...] | None = None,
     host_vars: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text of a role template rendered for one host as Ansible renders it.
+    """The text of a role template rendered for one host by Ansible's template lookup.
 
     `template` is a path under roles/ ("verify/templates/smoke/pods.yml.j2"); `host` defaults to the
-    first control plane. The variables are layered as for the releases, from the defaults and vars of
-    `roles` (default: the template's own role); `host_vars` (facts, a task's `vars:`) are added to the
-    host's inventory variables. Raises ReleaseRenderError naming the template or variable that failed."""
-    variables = _variables(inv, host, roles or (template.split("/", 1)[0],), host_vars)
-    return _render_text(paths.roles_dir() / template, variables)
+    first control plane. The variables are Ansible's for a play of `roles` (default: the template's own
+    role); `host_vars` (facts, a task's `vars:`) rank above them. Raises ReleaseRenderError naming the
+    template that failed (a lookup is refused the same way)."""
+    variables = host_variables(inv, host, roles or (template.split("/", 1)[0],), host_vars)
+    path = paths.roles_dir() / template
+    try:
+        return variables.render_file(path)
+    except LookupRefused as exc:
+        raise ReleaseRenderError(_shown(path), str(exc)) from None
+
+
+def _bool(value: Any) -> bool:
+    """Ansible's `bool` filter."""
+    from ansible.module_utils.parsing.convert_bool import boolean
+
+    return bool(boolean(value, strict=False))
+
+
+def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+    """combine(recursive=true), as role_releases.yml merges values_overrides over the values."""
+    out = dict(left)
+    for key, value in right.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _release(
-    role: str, release_id: str, variables: _Vars, helm_defaults: Mapping[str, Any]
+    role: str, release_id: str, variables: Variables, helm_defaults: Mapping[str, Any]
 ) -> Release | None:
+    """One release as roles/helm/tasks/role_release.yml renders and assembles it."""
     folder = paths.roles_dir() / role / "templates" / "releases" / release_id
-    head = _render_file(folder / "release.yml.j2", variables)
     where = f"roles/{role}/templates/releases/{release_id}"
-    if not isinstance(head, Mapping):
-        raise ReleaseRenderError(f"{where}/release.yml.j2", "expected a mapping (the release)")
-    if not _to_bool(head.get("enabled", True)):
-        return None
-    values = _render_file(folder / "values.yml.j2", variables) or {}
-    if not isinstance(values, Mapping):
-        raise ReleaseRenderError(f"{where}/values.yml.j2", "expected a mapping (the chart's values)")
-    values = _merge(values, head.get("values_overrides") or {}, True)
-    objects = _render_file(folder / "manifests.yml.j2", variables) or {}
-    if not isinstance(objects, Mapping):
-        raise ReleaseRenderError(
-            f"{where}/manifests.yml.j2", "expected {pre_manifests: [...], manifests: [...]}"
-        )
-    merged = {**helm_defaults, **{k: v for k, v in head.items() if k not in _INTERNAL}}
-    merged["values"] = values
-    merged["pre_manifests"] = list(objects.get("pre_manifests") or [])
-    merged["manifests"] = list(objects.get("manifests") or [])
-    for key in (
-        ("name", "namespace") if not merged.get("chart") else ("name", "chart", "version", "namespace")
-    ):
-        if not merged.get(key):
-            raise ReleaseRenderError(f"{where}/release.yml.j2", f"expected a non-empty {key}")
-    return _assemble(role, merged, variables)
+    try:
+        head = variables.render_yaml(folder / "release.yml.j2")
+        if not isinstance(head, Mapping):
+            raise ReleaseRenderError(f"{where}/release.yml.j2", "expected a mapping (the release)")
+        if not _bool(head.get("enabled", True)):
+            return None
+        values = variables.render_yaml(folder / "values.yml.j2") or {}
+        if not isinstance(values, Mapping):
+            raise ReleaseRenderError(f"{where}/values.yml.j2", "expected a mapping (the chart's values)")
+        values = _merge(values, head.get("values_overrides") or {})
+        objects = variables.render_yaml(folder / "manifests.yml.j2") or {}
+        if not isinstance(objects, Mapping):
+            raise ReleaseRenderError(
+                f"{where}/manifests.yml.j2", "expected {pre_manifests: [...], manifests: [...]}"
+            )
+        merged = {**helm_defaults, **{k: v for k, v in head.items() if k not in _INTERNAL}}
+        merged["values"] = values
+        merged["pre_manifests"] = list(objects.get("pre_manifests") or [])
+        merged["manifests"] = list(objects.get("manifests") or [])
+        for key in (
+            ("name", "namespace") if not merged.get("chart") else ("name", "chart", "version", "namespace")
+        ):
+            if not merged.get(key):
+                raise ReleaseRenderError(f"{where}/release.yml.j2", f"expected a non-empty {key}")
+        return _assemble(role, merged, variables)
+    except LookupRefused as exc:
+        return _deferred(role, release_id, f"{where}: {exc}")
 
 
-def _assemble(role: str, merged: Mapping[str, Any], variables: _Vars) -> Release:
+def _deferred(role: str, name: str, why: str) -> Release:
+    return Release(
+        role=role, name=name, chart="", version="", repo="", namespace="", source={}, values={}, deferred=why
+    )
+
+
+def _assemble(role: str, merged: Mapping[str, Any], variables: Variables) -> Release:
     """The Release of a checked definition, its chart source from the helm role's source.yml.j2."""
-    source = _render_file(
-        paths.roles_dir() / "helm" / "templates" / "source.yml.j2", variables.child({"helm_release": merged})
+    source = variables.render_yaml(
+        paths.roles_dir() / "helm" / "templates" / "source.yml.j2", {"helm_release": dict(merged)}
     )
     return Release(
         role=role,
@@ -470,43 +519,59 @@ def _assemble(role: str, merged: Mapping[str, Any], variables: _Vars) -> Release
         namespace=str(merged["namespace"]),
         source={k: v for k, v in source.items() if k != "namespace"},
         values=dict(merged.get("values") or {}),
-        namespace_object=source.get("namespace") if _to_bool(merged.get("create_namespace", True)) else None,
+        namespace_object=source.get("namespace") if _bool(merged.get("create_namespace", True)) else None,
         pre_manifests=list(merged.get("pre_manifests") or []),
         manifests=list(merged.get("manifests") or []),
-        wait=_to_bool(merged.get("wait", True)),
+        wait=_bool(merged.get("wait", True)),
         timeout=str(merged.get("timeout", "10m")),
         ready=list(merged.get("ready") or []),
     )
+
+
+def role_releases(role: str, variables: Variables) -> list[Release]:
+    """The enabled releases of one role (its `__<role>_releases`), in order."""
+    helm_defaults = variables.get("helm_release_defaults") or {}
+    out: list[Release] = []
+    for release_id in variables.get(f"__{role}_releases") or []:
+        release = _release(role, str(release_id), variables, helm_defaults)
+        if release is not None:
+            out.append(release)
+    return out
 
 
 def plan_releases(inv: Inventory, host: str | None = None) -> list[Release]:
     """Every enabled release of the platform phase for this inventory, in the order they apply.
 
     `host` is the host the platform play runs on (default: the first control plane). Raises
-    ReleaseRenderError naming the template or variable that failed."""
-    roles = platform_roles()
-    variables = _variables(inv, host, roles)
-    helm_defaults = variables.get("helm_release_defaults", {})
+    ReleaseRenderError naming the template or variable that failed; a release that needs a lookup
+    comes back with `deferred` set."""
+    variables = host_variables(inv, host)
     out: list[Release] = []
-    for role in roles:
+    for role in platform_roles():
         if role == "helm":
-            for i, extra in enumerate(variables.get("helm_releases", [])):
-                out.append(_extra_release(extra, variables, helm_defaults, i))
+            out.extend(_extra_releases(variables))
             continue
-        ids = _role_file(role, "vars/main.yml").get(f"__{role}_releases") or []
-        for release_id in ids:
-            release = _release(role, str(release_id), variables, helm_defaults)
-            if release is not None:
-                out.append(release)
+        out.extend(role_releases(role, variables))
     return out
 
 
-def _extra_release(extra: Any, variables: _Vars, helm_defaults: Mapping[str, Any], index: int) -> Release:
-    where = f"helm_releases[{index}]"
-    if not isinstance(extra, Mapping):
-        raise ReleaseRenderError(where, "expected a mapping (a release)")
-    merged = {**helm_defaults, **extra}
-    for key in ("name", "chart", "version", "namespace"):
-        if not merged.get(key):
-            raise ReleaseRenderError(where, f"expected a non-empty {key}")
-    return _assemble("helm", merged, variables)
+def _extra_releases(variables: Variables) -> list[Release]:
+    try:
+        extras = variables.get("helm_releases") or []
+        helm_defaults = variables.get("helm_release_defaults") or {}
+    except LookupRefused as exc:
+        return [_deferred("helm", "helm_releases", f"helm_releases: {exc}")]
+    out: list[Release] = []
+    for index, extra in enumerate(extras):
+        where = f"helm_releases[{index}]"
+        if not isinstance(extra, Mapping):
+            raise ReleaseRenderError(where, "expected a mapping (a release)")
+        merged = {**helm_defaults, **extra}
+        for key in ("name", "chart", "version", "namespace"):
+            if not merged.get(key):
+                raise ReleaseRenderError(where, f"expected a non-empty {key}")
+        try:
+            out.append(_assemble("helm", merged, variables))
+        except LookupRefused as exc:
+            out.append(_deferred("helm", str(merged["name"]), f"{where}: {exc}"))
+    return out
