@@ -24,6 +24,7 @@ from gpubring.phases import PhasePlan, plan_phases
 from gpubring.specs import Problem
 
 NO_RELEASES = "no Helm releases defined yet"
+RUN_TIME = "rendered at run time"
 SHOWN_HOSTS = 8
 
 
@@ -207,7 +208,9 @@ def render_plan(plan: Plan, console: Console) -> None:
         _say(console, f"Helm releases:\n  {plan.releases_note}")
         return
     rel_rows = [
-        [
+        [str(r.get("name", "")), RUN_TIME, "", ""]
+        if r.get("deferred")
+        else [
             str(r.get("name", "")),
             str(r.get("chart", "")),
             str(r.get("version", "")),
@@ -217,6 +220,10 @@ def render_plan(plan: Plan, console: Console) -> None:
     ]
     _table(console, "Helm releases", ["release", "chart", "version", "namespace"], rel_rows)
     for r in releases:
+        if r.get("deferred"):
+            # A lookup runs only in a run (it may run commands on the controller): plan does not call it.
+            _say(console, f"  values of {r.get('name', '')}: {RUN_TIME} ({r['deferred']})")
+            continue
         values = yaml.safe_dump(r.get("values") or {}, sort_keys=False, default_flow_style=False).rstrip()
         body = "\n".join(f"    {line}" for line in values.splitlines())
         _say(console, f"  values of {r.get('name', '')}:\n{body}")

@@ -395,7 +395,12 @@ def host_variables(
     hosts_file = os.path.abspath(inv.hosts_file)
     groups = tuple((g, tuple(m)) for g, m in inv.groups.items())
     groups += (("all", tuple(inv.hosts)),)
-    session = _session(hosts_file, str(inv.root.resolve()), name, roles, groups, _fingerprint(inv.root))
+    try:
+        session = _session(hosts_file, str(inv.root.resolve()), name, roles, groups, _fingerprint(inv.root))
+    except ReleaseRenderError:
+        raise
+    except Exception as exc:  # Ansible could not read the inventory or load the play: say what it said
+        raise ReleaseRenderError(_shown(inv.hosts_file), _message(exc)) from None
     return Variables(session, host_vars)
 
 
