@@ -229,29 +229,36 @@ def _shown(path: Path) -> str:
 
 def _pruned_hosts(hosts_file: Path, keep: str) -> Any | None:
     """hosts.yml with only `keep` in each `hosts:` (groups, children and vars unchanged), or None when
-    the file is not a plain YAML inventory that names the host (ranges, scripts: Ansible reads it all)."""
-    try:
-        data = yaml.load(hosts_file.read_text(encoding="utf-8"), Loader=_SafeLoader)
-    except (OSError, yaml.YAMLError):
-        return None
+    the file is not a plain YAML inventory that names the host (ranges, scripts: Ansible reads it all).
+    Pruned at the node level, so the other hosts' entries are never constructed."""
     found = False
 
-    def prune(group: Any) -> Any:
+    def prune(group: yaml.Node) -> None:
         nonlocal found
-        if not isinstance(group, Mapping):
-            return group
-        out = dict(group)
-        if isinstance(group.get("hosts"), Mapping):
-            out["hosts"] = {h: v for h, v in group["hosts"].items() if str(h) == keep}
-            found = found or bool(out["hosts"])
-        if isinstance(group.get("children"), Mapping):
-            out["children"] = {g: prune(v) for g, v in group["children"].items()}
-        return out
+        if not isinstance(group, yaml.MappingNode):
+            return
+        for key, value in group.value:
+            if key.value == "hosts" and isinstance(value, yaml.MappingNode):
+                value.value = [(h, v) for h, v in value.value if h.value == keep]
+                found = found or bool(value.value)
+            elif key.value == "children" and isinstance(value, yaml.MappingNode):
+                for _, child in value.value:
+                    prune(child)
 
-    if not isinstance(data, Mapping):
+    try:
+        loader = _SafeLoader(hosts_file.read_text(encoding="utf-8"))
+        try:
+            node = loader.get_single_node()
+            if not isinstance(node, yaml.MappingNode):
+                return None
+            for _, group in node.value:
+                prune(group)
+            data = loader.construct_document(node) if found else None
+        finally:
+            loader.dispose()
+    except (OSError, yaml.YAMLError):
         return None
-    pruned = {g: prune(v) for g, v in data.items()}
-    return _trusted(pruned) if found else None
+    return _trusted(data) if found else None
 
 
 def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
@@ -262,6 +269,13 @@ def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
         st = path.stat()
         out.append((str(path), st.st_mtime_ns, st.st_size))
     return tuple(out)
+
+
+class _SharedList(list[str]):
+    """A list of host names that deepcopy shares instead of copying (nothing writes to it)."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedList:
+        return self
 
 
 @dataclass(frozen=True)
@@ -319,6 +333,8 @@ def _session(
     if target is None:
         raise ReleaseRenderError(_shown(Path(hosts_file)), f"Ansible finds no host {host!r}")
     variables = manager.get_vars(play=play, host=target)
+    # The template lookup deep-copies every variable for each template: the host lists are read-only.
+    variables["groups"] = {g: _SharedList(m) for g, m in variables["groups"].items()}
     variables.setdefault("inventory_dir", root)
     return _Session(loader, variables)
 
