@@ -20,7 +20,7 @@ from rich.table import Table
 
 from gpubring import paths, versions
 from gpubring.inventory import Inventory, InventoryError
-from gpubring.phases import PhasePlan, plan_phases
+from gpubring.phases import PhasePlan, PlaybookError, plan_phases
 from gpubring.specs import Problem
 
 NO_RELEASES = "no Helm releases defined yet"
@@ -71,6 +71,99 @@ def _relative(path: Path, root: Path) -> str:
 # Documents ---------------------------------------------------------------------------------------
 
 
+DISTRIBUTION_PACKAGE = "distribution package"
+
+
+@dataclass(frozen=True)
+class HostSource:
+    """What the hosts that share one source of a component get instead of (or as) its pin."""
+
+    pin: str  # the matrix path it stands for, e.g. nvidia_driver.version
+    source: str  # e.g. "nvidia_driver_source: distribution"
+    version: str  # the pin, DISTRIBUTION_PACKAGE, or the version the inventory holds the package at
+    hosts: tuple[str, ...]
+
+
+def _role_defaults(role: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(
+            (paths.roles_dir() / role / "defaults" / "main.yml").read_text(encoding="utf-8")
+        )
+    except (OSError, yaml.YAMLError):
+        return {}
+    return dict(data) if isinstance(data, Mapping) else {}
+
+
+def _role_hosts(inv: Inventory, role: str, fallback: Sequence[str]) -> tuple[str, ...]:
+    """The hosts the phase playbooks run `role` on (in inventory order)."""
+    try:
+        phases = plan_phases(inv)
+    except PlaybookError:
+        return tuple(fallback)
+    chosen = {h for p in phases for pl in p.plays if role in pl.roles for h in pl.hosts}
+    return tuple(h for h in inv.hosts if h in chosen)
+
+
+def _literal(value: Any) -> str | None:
+    """A setting's value when it is not a template (a template renders from the matrix at run time)."""
+    text = "" if value is None else str(value)
+    return None if not text or "{{" in text or "{%" in text else text
+
+
+def host_sources(inv: Inventory) -> list[HostSource]:
+    """Per group of hosts that share it, what the components whose source each host's inputs choose
+    really install: the NVIDIA driver (nvidia_driver_source), containerd (containerd_source) and the
+    container toolkit (nvidia_container_toolkit_owner). A distribution source installs the
+    distribution's package, not the pin (Debian 12 carries driver 535 and containerd 1.6)."""
+    matrix = inv.versions
+    out: list[HostSource] = []
+
+    def add(pin: str, role: str, hosts: Sequence[str], pick: Any) -> None:
+        defaults = _role_defaults(role)
+        groups: dict[tuple[str, str], list[str]] = {}
+        for host in _role_hosts(inv, role, hosts):
+            settings = {**defaults, **inv.hosts[host].vars}
+            groups.setdefault(pick(settings), []).append(host)
+        out.extend(HostSource(pin, src, ver, tuple(members)) for (src, ver), members in groups.items())
+
+    def driver(field: str) -> Any:
+        def pick(v: Mapping[str, Any]) -> tuple[str, str]:
+            source = str(v.get("nvidia_driver_source") or "cuda_repo")
+            if source == "distribution":
+                held = _literal(v.get("nvidia_driver_distribution_version")) if field == "version" else None
+                return f"nvidia_driver_source: {source}", held or DISTRIBUTION_PACKAGE
+            pin = _literal(v.get(f"nvidia_driver_{field}")) or str(
+                matrix.get("nvidia_driver", {}).get(field, "")
+            )
+            return f"nvidia_driver_source: {source}", pin
+
+        return pick
+
+    def containerd(v: Mapping[str, Any]) -> tuple[str, str]:
+        source = str(v.get("containerd_source") or "distribution")
+        if source == "distribution":
+            return f"containerd_source: {source}", DISTRIBUTION_PACKAGE
+        pin = _literal(v.get("containerd_version")) or str(matrix.get("containerd", {}).get("version", ""))
+        return f"containerd_source: {source}", pin
+
+    def toolkit(v: Mapping[str, Any]) -> tuple[str, str]:
+        owner = str(v.get("nvidia_container_toolkit_owner") or "host")
+        if owner == "operator":
+            chart = matrix.get("gpu_operator", {}).get("chart", "")
+            return f"nvidia_container_toolkit_owner: {owner}", f"the GPU Operator's toolkit (chart {chart})"
+        pin = _literal(v.get("nvidia_container_toolkit_version"))
+        return f"nvidia_container_toolkit_owner: {owner}", pin or str(
+            matrix.get("nvidia_container_toolkit", {}).get("version", "")
+        )
+
+    gpu = inv.groups.get("gpu_nodes", ())
+    add("nvidia_driver.branch", "nvidia_driver", gpu, driver("branch"))
+    add("nvidia_driver.version", "nvidia_driver", gpu, driver("version"))
+    add("containerd.version", "containerd", tuple(inv.hosts), containerd)
+    add("nvidia_container_toolkit.version", "nvidia_container_toolkit", gpu, toolkit)
+    return out
+
+
 def versions_document(inv: Inventory, pinned: Mapping[str, Any]) -> dict[str, Any]:
     pins = dict(versions.flatten(pinned))
     return {
@@ -80,6 +173,7 @@ def versions_document(inv: Inventory, pinned: Mapping[str, Any]) -> dict[str, An
             {"path": path, "version": value, "overridden": path in inv.overridden, "pinned": pins.get(path)}
             for path, value in versions.flatten(inv.versions)
         ],
+        "per_host": [dataclasses.asdict(s) for s in host_sources(inv)],
         "rules": [
             {"id": r.id, "message": r.message, "verdict": r.verdict, "ok": r.ok, "detail": r.detail}
             for r in inv.rule_results
@@ -173,14 +267,19 @@ def _table(console: Console, title: str, columns: Sequence[str], rows: Sequence[
 
 def render_versions(inv: Inventory, pinned: Mapping[str, Any], console: Console) -> None:
     doc = versions_document(inv, pinned)
-    matrix = [
-        [
-            m["path"],
-            str(m["version"]),
-            f"inventory override (pinned {m['pinned']})" if m["overridden"] else "",
-        ]
-        for m in doc["matrix"]
-    ]
+    per_host: dict[str, list[dict[str, Any]]] = {}
+    for entry in doc["per_host"]:
+        per_host.setdefault(entry["pin"], []).append(entry)
+    matrix: list[list[str]] = []
+    for m in doc["matrix"]:
+        override = f"inventory override (pinned {m['pinned']})" if m["overridden"] else ""
+        for entry in per_host.get(m["path"], []):  # what each group of hosts really gets
+            note = "; ".join(
+                filter(None, [entry["source"], override if entry["version"] == str(m["version"]) else ""])
+            )
+            matrix.append([m["path"], entry["version"], f"{note} on {hosts_text(entry['hosts'])}"])
+        if m["path"] not in per_host:
+            matrix.append([m["path"], str(m["version"]), override])
     _table(console, "Effective versions", ["pin", "version", "source"], matrix)
     rules = [[r["verdict"], r["id"], r["detail"]] for r in doc["rules"]]
     _table(console, "Compatibility rules", ["verdict", "rule", "detail"], rules)

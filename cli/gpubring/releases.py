@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -284,7 +284,7 @@ class _Session:
     variables: dict[str, Any]
 
 
-@cache
+@lru_cache(maxsize=8)
 def _session(
     hosts_file: str,
     root: str,
