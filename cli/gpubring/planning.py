@@ -94,14 +94,18 @@ def _role_defaults(role: str) -> dict[str, Any]:
     return dict(data) if isinstance(data, Mapping) else {}
 
 
-def _role_hosts(inv: Inventory, role: str, fallback: Sequence[str]) -> tuple[str, ...]:
-    """The hosts the phase playbooks run `role` on (in inventory order)."""
+def _hosts_by_role(inv: Inventory) -> dict[str, tuple[str, ...]] | None:
+    """The hosts the phase playbooks run each role on (in inventory order); None without playbooks."""
     try:
         phases = plan_phases(inv)
     except PlaybookError:
-        return tuple(fallback)
-    chosen = {h for p in phases for pl in p.plays if role in pl.roles for h in pl.hosts}
-    return tuple(h for h in inv.hosts if h in chosen)
+        return None
+    chosen: dict[str, set[str]] = {}
+    for play in (pl for p in phases for pl in p.plays):
+        hosts = set(play.hosts)
+        for role in play.roles:
+            chosen.setdefault(role, set()).update(hosts)
+    return {role: tuple(h for h in inv.hosts if h in members) for role, members in chosen.items()}
 
 
 def _literal(value: Any) -> str | None:
@@ -117,16 +121,18 @@ def host_sources(inv: Inventory) -> list[HostSource]:
     distribution's package, not the pin (Debian 12 carries driver 535 and containerd 1.6)."""
     matrix = inv.versions
     out: list[HostSource] = []
+    by_role = _hosts_by_role(inv)
 
-    def add(pin: str, role: str, hosts: Sequence[str], pick: Any) -> None:
+    def add(pin: str, role: str, hosts: Sequence[str], pick: Any, keys: Sequence[str]) -> None:
         defaults = _role_defaults(role)
         groups: dict[tuple[str, str], list[str]] = {}
-        for host in _role_hosts(inv, role, hosts):
-            settings = {**defaults, **inv.hosts[host].vars}
+        for host in hosts if by_role is None else by_role.get(role, ()):
+            own = inv.hosts[host].vars
+            settings = {k: own[k] if k in own else defaults.get(k) for k in keys}
             groups.setdefault(pick(settings), []).append(host)
         out.extend(HostSource(pin, src, ver, tuple(members)) for (src, ver), members in groups.items())
 
-    def driver(field: str) -> Any:
+    def pick_driver(field: str) -> Any:
         def pick(v: Mapping[str, Any]) -> tuple[str, str]:
             source = str(v.get("nvidia_driver_source") or "cuda_repo")
             if source == "distribution":
@@ -156,11 +162,13 @@ def host_sources(inv: Inventory) -> list[HostSource]:
             matrix.get("nvidia_container_toolkit", {}).get("version", "")
         )
 
-    gpu = inv.groups.get("gpu_nodes", ())
-    add("nvidia_driver.branch", "nvidia_driver", gpu, driver("branch"))
-    add("nvidia_driver.version", "nvidia_driver", gpu, driver("version"))
-    add("containerd.version", "containerd", tuple(inv.hosts), containerd)
-    add("nvidia_container_toolkit.version", "nvidia_container_toolkit", gpu, toolkit)
+    gpu, everyone = inv.groups.get("gpu_nodes", ()), tuple(inv.hosts)
+    for field in ("branch", "version"):
+        keys = ("nvidia_driver_source", "nvidia_driver_distribution_version", f"nvidia_driver_{field}")
+        add(f"nvidia_driver.{field}", "nvidia_driver", gpu, pick_driver(field), keys)
+    add("containerd.version", "containerd", everyone, containerd, ("containerd_source", "containerd_version"))
+    toolkit_keys = ("nvidia_container_toolkit_owner", "nvidia_container_toolkit_version")
+    add("nvidia_container_toolkit.version", "nvidia_container_toolkit", gpu, toolkit, toolkit_keys)
     return out
 
 

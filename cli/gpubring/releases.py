@@ -12,8 +12,9 @@ gpubring.core.defaults are Ansible's), and Ansible's sandboxed Templar. Nothing 
 Two differences from a run, both on purpose:
 - Lookups do not run (a `lookup('pipe', ...)` in an inventory value would run a command on the
   controller). A release that needs one is returned with `deferred` saying so: it renders at run time.
-- Ansible parses a copy of hosts.yml that keeps only the host the play runs on (10,000 hosts cost
-  Ansible seconds); the `groups` magic variable still lists every host of the inventory.
+- Ansible parses a copy of hosts.yml that keeps only the variables of the host the play runs on
+  (10,000 hosts cost Ansible seconds); the other hosts are added by name to their groups, so the
+  `groups` magic variable is Ansible's, but `hostvars` of another host holds nothing.
 Ansible is imported only when something is rendered (`gpubring --help` does not pay for it).
 """
 
@@ -227,23 +228,33 @@ def _shown(path: Path) -> str:
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
-def _pruned_hosts(hosts_file: Path, keep: str) -> Any | None:
-    """hosts.yml with only `keep` in each `hosts:` (groups, children and vars unchanged), or None when
-    the file is not a plain YAML inventory that names the host (ranges, scripts: Ansible reads it all).
-    Pruned at the node level, so the other hosts' entries are never constructed."""
-    found = False
+@dataclass(frozen=True)
+class _Pruned:
+    data: Any  # hosts.yml with only the kept host under each `hosts:`
+    members: tuple[tuple[str, str], ...]  # every (group, host) of a `hosts:` section, in file order
 
-    def prune(group: yaml.Node) -> None:
-        nonlocal found
+
+def _pruned_hosts(hosts_file: Path, keep: str) -> _Pruned | None:
+    """hosts.yml with only `keep` in each `hosts:` (groups, children and vars unchanged) and every
+    other host's group, or None when the file is not a plain YAML inventory that names the host (host
+    ranges, scripts: Ansible reads it all). Pruned at the node level, so the other hosts' entries are
+    never constructed."""
+    members: dict[tuple[str, str], None] = {}
+    plain = True
+
+    def prune(name: str, group: yaml.Node) -> None:
+        nonlocal plain
         if not isinstance(group, yaml.MappingNode):
             return
-        for key, value in group.value:
+        for key, value in group.value:  # in the file's order, as Ansible's yaml plugin reads them
             if key.value == "hosts" and isinstance(value, yaml.MappingNode):
+                for host, _ in value.value:
+                    plain = plain and isinstance(host, yaml.ScalarNode) and "[" not in str(host.value)
+                    members.setdefault((name, str(host.value)))
                 value.value = [(h, v) for h, v in value.value if h.value == keep]
-                found = found or bool(value.value)
             elif key.value == "children" and isinstance(value, yaml.MappingNode):
-                for _, child in value.value:
-                    prune(child)
+                for child_name, child in value.value:
+                    prune(str(child_name.value), child)
 
     try:
         loader = _SafeLoader(hosts_file.read_text(encoding="utf-8"))
@@ -251,14 +262,31 @@ def _pruned_hosts(hosts_file: Path, keep: str) -> Any | None:
             node = loader.get_single_node()
             if not isinstance(node, yaml.MappingNode):
                 return None
-            for _, group in node.value:
-                prune(group)
-            data = loader.construct_document(node) if found else None
+            for name, group in node.value:
+                prune(str(name.value), group)
+            if not plain or not any(h == keep for _, h in members):
+                return None
+            data = loader.construct_document(node)
         finally:
             loader.dispose()
     except (OSError, yaml.YAMLError):
         return None
-    return _trusted(data) if found else None
+    return _Pruned(_trusted(data), tuple(members))
+
+
+def _add_other_hosts(inventory: Any, pruned: _Pruned, keep: str) -> None:
+    """Every other host, by name only, in its groups and in the order Ansible would have added it, so
+    that the `groups` magic variable is Ansible's own; their variables are never read."""
+    data = inventory._inventory
+    for group, host in pruned.members:
+        if host != keep and group in data.groups:
+            data.add_host(host, group)
+    data.reconcile_inventory()  # `all` and `ungrouped`, as after a parse
+    rank = {pair: i for i, pair in enumerate(pruned.members)}
+    for group in data.groups.values():
+        group.hosts.sort(key=lambda h: rank.get((group.name, h.name), -1))
+        group.clear_hosts_cache()
+    data._groups_dict_cache = {}
 
 
 def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
@@ -278,6 +306,13 @@ class _SharedList(list[str]):
         return self
 
 
+class _SharedDict(dict[str, Any]):
+    """A read-only snapshot of variables that deepcopy shares instead of copying."""
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _SharedDict:
+        return self
+
+
 @dataclass(frozen=True)
 class _Session:
     loader: Any
@@ -290,7 +325,6 @@ def _session(
     root: str,
     host: str,
     roles: tuple[str, ...] | None,
-    groups: tuple[tuple[str, tuple[str, ...]], ...],
     _stamp: tuple[tuple[str, int, int], ...],
 ) -> _Session:
     _ansible_ready()
@@ -305,14 +339,13 @@ def _session(
     class Loader(DataLoader):  # type: ignore[misc]
         def load_from_file(self, file_name: str, *args: Any, **kwargs: Any) -> Any:
             if pruned is not None and os.path.abspath(file_name) == hosts_file:
-                return pruned
+                return pruned.data
             return super().load_from_file(file_name, *args, **kwargs)
 
     loader = Loader()
     inventory = InventoryManager(loader=loader, sources=[hosts_file])
-    if pruned is not None:  # every host of each group, as Ansible would list them from the whole file
-        full = {**inventory.get_groups_dict(), **{g: list(m) for g, m in groups}}
-        inventory.get_groups_dict = lambda: full
+    if pruned is not None:
+        _add_other_hosts(inventory, pruned, host)
     manager = VariableManager(loader=loader, inventory=inventory)
     if roles is None:
         playbook = str(paths.playbooks_dir() / "platform.yml")
@@ -332,9 +365,16 @@ def _session(
     target = inventory.get_host(host)
     if target is None:
         raise ReleaseRenderError(_shown(Path(hosts_file)), f"Ansible finds no host {host!r}")
-    variables = manager.get_vars(play=play, host=target)
-    # The template lookup deep-copies every variable for each template: the host lists are read-only.
+    # `_hosts`: the play's batch, as the linear strategy passes it (the platform play runs on one host).
+    variables = manager.get_vars(play=play, host=target, _hosts=[host])
+    # The template lookup deep-copies every variable for each template: share the read-only host lists
+    # (and the `vars` snapshot, which holds them again) instead of copying 10,000 names each time.
     variables["groups"] = {g: _SharedList(m) for g, m in variables["groups"].items()}
+    for key in ("ansible_play_hosts_all", "ansible_play_hosts"):
+        if isinstance(variables.get(key), list):
+            variables[key] = _SharedList(variables[key])
+    if isinstance(variables.get("vars"), dict):
+        variables["vars"] = _SharedDict({**variables["vars"], "groups": variables["groups"]})
     variables.setdefault("inventory_dir", root)
     return _Session(loader, variables)
 
@@ -409,10 +449,8 @@ def host_variables(
     play of `roles` (short names); `host_vars` (facts, a task's `vars:`) rank above them all."""
     name = host or (inv.groups.get("control_plane") or tuple(inv.hosts))[0]
     hosts_file = os.path.abspath(inv.hosts_file)
-    groups = tuple((g, tuple(m)) for g, m in inv.groups.items())
-    groups += (("all", tuple(inv.hosts)),)
     try:
-        session = _session(hosts_file, str(inv.root.resolve()), name, roles, groups, _fingerprint(inv.root))
+        session = _session(hosts_file, str(inv.root.resolve()), name, roles, _fingerprint(inv.root))
     except ReleaseRenderError:
         raise
     except Exception as exc:  # Ansible could not read the inventory or load the play: say what it said
