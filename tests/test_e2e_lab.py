@@ -1,10 +1,13 @@
 """End to end: a 3-node lab (1 control plane, 2 GPU nodes) and `gpubring up` over real SSH, twice.
 
-The first run converges the lab's phases; the second must report 0 changed on every host, read from
-the run's JSON report. Then `gpubring up --check` dry-runs the cluster and platform phases the lab
-cannot run for real, as far as the unreachable repositories allow. The lab is torn down whatever
-happens. The lab uses its own prefix and a temporary inventory folder, so a user's `inventories/lab`
-lab is never touched.
+One lab for the whole file; pytest runs the tests in file order, and the order matters. First, on the
+fresh lab, `gpubring up --check` of the preflight and host phases fails no task and changes nothing.
+Then the first real run converges the lab's phases; the second must report 0 changed on every host,
+read from the run's JSON report, and so must a plain `ansible-playbook playbooks/host.yml` (the vars
+plugin gives it what gpubring gives a run). Then `gpubring up --check` dry-runs the cluster and
+platform phases the lab cannot run for real, as far as the unreachable repositories allow. The lab is
+torn down whatever happens. The lab uses its own prefix and a temporary inventory folder, so a
+user's `inventories/lab` lab is never touched.
 """
 
 from __future__ import annotations
@@ -137,6 +140,37 @@ def test_host_key_checking_is_on(lab_dir: Path) -> None:
     assert "Host key verification failed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 
 
+def test_check_mode_on_a_fresh_lab_fails_no_task(lab_dir: Path, tmp_path: Path) -> None:
+    """Before the first real run: `up --check` of preflight and host goes through every host role.
+
+    Must run before test_up_twice_the_second_run_changes_nothing (file order): it needs hosts that no
+    run has touched yet."""
+    run = gpubring("up", lab_dir, "--check", "--only", "preflight,host", "--json", tmp_path / "f.json")
+    assert run.returncode == 0, f"`gpubring up --check` on a fresh lab failed:\n{_tail(run)}"
+    report = json.loads((tmp_path / "f.json").read_text())
+    assert report["options"]["check"] is True
+    assert report["phases"]["run"] == ["preflight", "host"]
+    stats = host_stats(report)
+    assert set(stats) == NODES, stats
+    for host, counts in stats.items():
+        assert counts["ok"] > 0 and counts["failed"] == 0 and counts["unreachable"] == 0, (host, counts)
+    # No failure let pass either: what check mode cannot look at before an install (a package's hold,
+    # version, DKMS build, units) is skipped by the roles, which say so.
+    assert report["ignored"] == [], report["ignored"]
+    said = "\n".join(_run_messages(report))
+    for node in sorted(NODES):
+        assert f"Check mode: containerd is not installed on {node} yet" in said, said
+    for node in sorted(NODES - {f"{PREFIX}-cp1"}):
+        assert f"Check mode: the driver packages are not installed on {node} yet" in said, said
+
+    # Check mode changed nothing: no driver, no kubelet drop-in, no modules-load.d entry.
+    for path in ("/etc/modules-load.d/nvidia.conf", "/etc/kubernetes/kubelet.conf.d", "/usr/bin/nvidia-smi"):
+        probe = subprocess.run(
+            ["docker", "exec", f"{PREFIX}-gpu1", "test", "-e", path], capture_output=True, check=False
+        )
+        assert probe.returncode == 1, f"{path} exists on {PREFIX}-gpu1 after a check-mode run"
+
+
 def test_up_twice_the_second_run_changes_nothing(lab_dir: Path, tmp_path: Path) -> None:
     first = gpubring("up", lab_dir, "--json", tmp_path / "r1.json")
     assert first.returncode == 0, f"first `gpubring up` failed:\n{_tail(first)}"
@@ -158,6 +192,34 @@ def test_up_twice_the_second_run_changes_nothing(lab_dir: Path, tmp_path: Path) 
     changed = {host: stats["changed"] for host, stats in r2.items()}
     assert changed == dict.fromkeys(NODES, 0), (
         f"the second run changed something: {changed}\n{_changed_tasks(second)}"
+    )
+
+
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)"
+)
+
+
+def test_plain_ansible_playbook_finds_the_converged_host_phase(lab_dir: Path) -> None:
+    """Issue 10 item 2: `ansible-playbook playbooks/host.yml` without gpubring gets the settings defaults and
+    the version matrix from the vars plugin, so on the hosts gpubring converged it changes nothing.
+
+    Runs after test_up_twice_the_second_run_changes_nothing (file order)."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab_dir / "hosts.yml"),
+         str(REPO / "playbooks" / "host.yml")],
+        capture_output=True, text=True, timeout=3600, check=False, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, f"plain ansible-playbook failed:\n{_tail(run)}"
+    recap = {m["host"]: m.groupdict() for m in map(RECAP.match, run.stdout.splitlines()) if m}
+    assert set(recap) == NODES, run.stdout[-4000:]
+    for host, counts in recap.items():
+        assert counts["failed"] == "0" and counts["unreachable"] == "0", (host, counts)
+    changed = {host: int(counts["changed"]) for host, counts in recap.items()}
+    assert changed == dict.fromkeys(NODES, 0), (
+        f"plain ansible-playbook changed what gpubring converged: {changed}\n{_changed_tasks(run)}"
     )
 
 
