@@ -896,13 +896,27 @@ def expectations_from_facts(
     expected_nic_rate_gbps: float | None = None,
 ) -> dict[str, Any]:
     """Expectations for one host from gpubring_gpu_facts: nics (nic_expectations), nvlink per GPU,
-    pairs (numa_local_pairs), nccl one node and ``nodes`` nodes, and the fractions used."""
+    pairs (numa_local_pairs), rails (the NICs of the pairs), nccl one node and ``nodes`` nodes, and
+    the fractions used. A rail NIC is expected at ``expected_nic_rate_gbps``, else at the highest rate
+    of the host's rails; any other port at its own rate."""
     gpus = facts.get("gpus") or []
     affinity = facts.get("gpu_nic_affinity") or {}
     ports = ports_from_facts(facts, netdev_speeds)
-    nics = nic_expectations(
-        ports, ib_write_bw_fraction=ib_write_bw_fraction, expected_rate_gbps=expected_nic_rate_gbps
-    )
+    links = {entry["gpu"]: entry.get("links") or {} for entry in affinity.get("gpus") or []}
+    pairs = numa_local_pairs(links)
+    rails = sorted({p["nic"] for p in pairs if p["nic"]})
+    # Without an operator's figure, a rail NIC is expected at the highest rate any rail trained at:
+    # one rail at HDR among NDR rails fails. Other ports (storage, management) keep their own rate.
+    rail_rates = [p["rate_gbps"] for p in ports if p["device"] in rails and p.get("rate_gbps")]
+    rail_rate = expected_nic_rate_gbps or (max(rail_rates) if rail_rates else None)
+    nics = [
+        nic_expectations(
+            [port],
+            ib_write_bw_fraction=ib_write_bw_fraction,
+            expected_rate_gbps=rail_rate if port["device"] in rails else expected_nic_rate_gbps,
+        )[0]
+        for port in ports
+    ]
     nvswitch = bool(facts.get("nvswitch_count")) or bool((facts.get("driver") or {}).get("nvswitch_devices"))
     link_counts = nvlink_links_per_gpu(affinity.get("gpu_links") or {}, nvswitch if nvswitch else None)
     measured = {g["index"]: g for g in parse_nvlink_status(nvlink_status)} if nvlink_status else {}
@@ -914,10 +928,7 @@ def expectations_from_facts(
             link_counts.get(gpu["pci_address"], 0), architecture=arch, link_gbs=seen.get("link_gbs")
         )
         nvlink.append(dict(expectation, gpu=gpu["pci_address"], index=gpu.get("index"), architecture=arch))
-    links = {entry["gpu"]: entry.get("links") or {} for entry in affinity.get("gpus") or []}
-    pairs = numa_local_pairs(links)
     rates = {p["device"]: p["rate_gbps"] for p in ports if p.get("rate_gbps")}
-    rails = sorted({p["nic"] for p in pairs if p["nic"]})
     nvlink_gbs = [n["gpu_gbs"] for n in nvlink if n["gpu_gbs"]]
     per_gpu = min(nvlink_gbs) if nvlink_gbs and len(nvlink_gbs) == len(gpus) else None
     return {
@@ -937,3 +948,204 @@ def expectations_from_facts(
         ),
         "fractions": {"ib_write_bw": ib_write_bw_fraction, "nccl_busbw": nccl_busbw_fraction},
     }
+
+
+# --------------------------------------------------------------------------------------------
+# acceptance checks: {name, status: passed|failed|skipped, expected, measured, reason}
+
+
+def check(
+    name: str, status: str, expected: Any = None, measured: Any = None, reason: str | None = None
+) -> dict[str, Any]:
+    """One acceptance check result, the shape of every entry of gpu_acceptance_result.checks."""
+    if status not in ("passed", "failed", "skipped"):
+        raise ValueError(f"check {name}: status must be passed, failed or skipped, got {status!r}")
+    if status == "skipped" and not reason:
+        raise ValueError(f"check {name}: a skipped check needs the reason it was skipped")
+    return {"name": name, "status": status, "expected": expected, "measured": measured, "reason": reason}
+
+
+def verdict(checks: list[dict[str, Any]]) -> str:
+    """``failed`` when any check failed, ``passed`` when at least one passed and none failed, else
+    ``skipped-only`` (nothing could be measured: never reported as a pass)."""
+    statuses = {c["status"] for c in checks}
+    if "failed" in statuses:
+        return "failed"
+    return "passed" if "passed" in statuses else "skipped-only"
+
+
+def dcgm_check(rc: int, stdout: str, level: int) -> dict[str, Any]:
+    """``dcgmi diag -r LEVEL -j``: passed when it exits 0 and no test failed."""
+    parsed = parse_dcgmi_diag_json(stdout)
+    expected = f"dcgmi diag -r {level}: every test passes"
+    if rc == 0 and not parsed["failed"]:
+        return check("dcgm_diag", "passed", expected, f"{parsed['passed']} tests passed")
+    failed = ", ".join(parsed["failed"]) or f"exit code {rc}"
+    return check("dcgm_diag", "failed", expected, parsed["failed"] or f"rc {rc}", f"failed: {failed}")
+
+
+def health_checks(q_text: str | None, rc: int = 0) -> list[dict[str, Any]]:
+    """``nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE``: one check per GPU."""
+    if rc != 0 or q_text is None:
+        return [check("gpu_health", "failed", "nvidia-smi answers", f"rc {rc}", "nvidia-smi -q failed")]
+    gpus = parse_nvidia_smi_q_text(q_text)
+    if not gpus:
+        return [check("gpu_health", "failed", "one entry per GPU", "none", "nvidia-smi -q listed no GPU")]
+    results = []
+    for gpu in gpus:
+        findings = gpu_health_findings(gpu)
+        expected = "no uncorrectable ECC error, retired or pending page, failed remap or HW slowdown"
+        name = "gpu_health:{}".format(gpu.get("bus_id"))
+        if findings:
+            results.append(check(name, "failed", expected, findings, "; ".join(findings)))
+        else:
+            results.append(check(name, "passed", expected, "healthy"))
+    return results
+
+
+def xid_check(log_text: str, ignore: list[int] | tuple[int, ...] = APPLICATION_XIDS) -> dict[str, Any]:
+    """Xid lines in the kernel log of this boot: any hardware Xid fails the check."""
+    events = parse_xid_lines(log_text, tuple(int(x) for x in ignore))
+    expected = "no hardware Xid in the kernel log of this boot (ignored: {})".format(
+        ", ".join(str(x) for x in ignore) or "none"
+    )
+    if events:
+        summary = sorted({f"Xid {e['xid']} on {e['pci_address']}" for e in events})
+        return check("gpu_xid", "failed", expected, [e["line"] for e in events][:20], "; ".join(summary))
+    return check("gpu_xid", "passed", expected, "no Xid")
+
+
+def nvlink_checks(
+    status_text: str, expectations: list[dict[str, Any]], speed_fraction: float = NVLINK_SPEED_FRACTION
+) -> list[dict[str, Any]]:
+    """``nvidia-smi nvlink -s`` against the expected link count and speed of every GPU."""
+    measured = {g["index"]: g for g in parse_nvlink_status(status_text)}
+    results = []
+    for entry in expectations:
+        name = "nvlink:{}".format(entry.get("gpu"))
+        links = entry.get("links") or 0
+        if not links:
+            results.append(check(name, "skipped", reason="no NVLink expected (topology shows none)"))
+            continue
+        seen = measured.get(entry.get("index"))
+        minimum = round(entry["link_gbs"] * speed_fraction, 3) if entry.get("link_gbs") else None
+        expected = {"active_links": links, "min_link_gbs": minimum}
+        if seen is None:
+            results.append(
+                check(name, "failed", expected, None, "nvidia-smi nvlink -s does not list this GPU")
+            )
+            continue
+        got = {"active_links": seen["active_links"], "min_link_gbs": seen["link_gbs"]}
+        problems = []
+        if seen["active_links"] < links:
+            problems.append(f"{seen['active_links']} of {links} NVLinks active")
+        if minimum is not None and (seen["link_gbs"] or 0) < minimum:
+            problems.append(f"slowest link {seen['link_gbs']} GB/s < {minimum}")
+        results.append(
+            check(name, "failed" if problems else "passed", expected, got, "; ".join(problems) or None)
+        )
+    return results
+
+
+def nic_checks(nics: list[dict[str, Any]], rails: list[str] | None = None) -> list[dict[str, Any]]:
+    """Link state and rate of every RDMA port (nic_expectations entries): a rail NIC must be ACTIVE
+    at its expected rate; other ports that are down are reported, not failed (storage, management)."""
+    rail_set = set(rails or [])
+    results = []
+    for nic in nics:
+        name = "nic_link:{}/{}".format(nic["device"], nic.get("port"))
+        is_rail = not rail_set or nic["device"] in rail_set
+        expected = {"state": "ACTIVE", "rate_gbps": nic.get("expected_rate_gbps")}
+        measured = {"state": nic.get("state"), "rate_gbps": nic.get("rate_gbps")}
+        if not nic.get("active"):
+            status = "failed" if is_rail else "skipped"
+            results.append(check(name, status, expected, measured, nic.get("reason") or "port not active"))
+        elif nic.get("expected_rate_gbps") is None:
+            results.append(check(name, "skipped", expected, measured, nic.get("reason") or "rate unknown"))
+        elif not nic.get("rate_ok"):
+            results.append(
+                check(
+                    name,
+                    "failed",
+                    expected,
+                    measured,
+                    "link trained at {} Gb/s, expected {}".format(
+                        nic.get("rate_gbps"), nic.get("expected_rate_gbps")
+                    ),
+                )
+            )
+        else:
+            results.append(check(name, "passed", expected, measured))
+    return results
+
+
+def pcie_checks(links: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One check per device from pcie_expectation entries (parse_sysfs_pcie_links)."""
+    results = []
+    for link in links:
+        name = "pcie:{}".format(link["pci_address"])
+        expected = {"gen": link["expected_gen"], "width": link["expected_width"], "gbs": link["expected_gbs"]}
+        measured = {"gen": link["current_gen"], "width": link["current_width"], "gbs": link["current_gbs"]}
+        if link["expected_width"] is None:
+            results.append(check(name, "skipped", expected, measured, "the device reports no PCIe link"))
+        elif link["ok"]:
+            results.append(check(name, "passed", expected, measured))
+        else:
+            results.append(
+                check(
+                    name,
+                    "failed",
+                    expected,
+                    measured,
+                    "link at Gen{} x{}, capable of Gen{} x{}".format(
+                        link["current_gen"],
+                        link["current_width"],
+                        link["expected_gen"],
+                        link["expected_width"],
+                    ),
+                )
+            )
+    return results
+
+
+def ib_write_bw_check(device: str, rc: int, stdout: str, minimum_gbps: float | None) -> dict[str, Any]:
+    """An ``ib_write_bw --report_gbits`` loopback run on ``device`` against its floor."""
+    name = f"rdma_write_bw:{device}"
+    measured = parse_ib_write_bw(stdout) if rc == 0 else None
+    expected = {"min_gbps": minimum_gbps}
+    if rc != 0 or measured is None:
+        return check(name, "failed", expected, None, f"ib_write_bw exited {rc} without a result")
+    if minimum_gbps is None:
+        return check(name, "skipped", expected, measured, f"{device} has no expected rate to compare with")
+    if measured < minimum_gbps:
+        return check(name, "failed", expected, measured, f"{measured} Gb/s < {minimum_gbps} Gb/s")
+    return check(name, "passed", expected, measured)
+
+
+def rdma_bandwidth_targets(
+    expected: dict[str, Any], facts: dict[str, Any], devices: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """What the role measures with ib_write_bw: one entry per RDMA device (``devices``, else the
+    rails, else every device with an active port) with its first active port, floor (min_gbps), NUMA
+    node and the index of the GPU paired with it (for --use_cuda); devices without an active port
+    are left out (nic_checks reports them)."""
+    nics = [n for n in expected.get("nics") or [] if n.get("active")]
+    names = list(devices or expected.get("rails") or []) or sorted({n["device"] for n in nics})
+    numa = {n.get("rdma_device"): n.get("numa_node") for n in facts.get("rdma_nics") or []}
+    gpu_index = {g["pci_address"]: g.get("index") for g in facts.get("gpus") or []}
+    paired = {p["nic"]: gpu_index.get(p["gpu"]) for p in expected.get("pairs") or [] if p.get("nic")}
+    targets = []
+    for name in names:
+        port = next((n for n in nics if n["device"] == name), None)
+        if port is None:
+            continue
+        targets.append(
+            {
+                "device": name,
+                "port": port.get("port") or 1,
+                "min_gbps": port.get("ib_write_bw_min_gbps"),
+                "numa_node": numa.get(name),
+                "gpu_index": paired.get(name),
+            }
+        )
+    return targets
