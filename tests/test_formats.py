@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpubring.formats import FORMATS, check, check_bounds, networks_overlap
+from gpubring.formats import EMPTY_IS_UNSET, FORMATS, check, check_bounds, networks_overlap
 
 GOOD: list[tuple[str, Any]] = [
     ("cidr", "10.244.0.0/16"),
@@ -48,6 +48,7 @@ BAD: list[tuple[str, Any, str]] = [
     ("url", "mirror.example.internal/debian", "http:// or https://"),
     ("url", "ftp://mirror.example.internal/", "http:// or https://"),
     ("url", "https://", "http:// or https://"),
+    ("url", 'https://mirror/"quoted"', "without spaces, quotes"),
     ("url", "https://host:notaport/", "a URL"),
     ("url_or_oci", "oci://", "OCI reference"),
     ("url_or_oci", "registry/path", "http:// or https://"),
@@ -82,9 +83,10 @@ def test_every_format_is_covered_by_both_tables() -> None:
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_empty_means_unset_only_where_allowed(fmt: str) -> None:
+def test_empty_means_unset_only_for_optional_strings(fmt: str) -> None:
+    assert (check(fmt, "") is None) is (fmt in EMPTY_IS_UNSET)
     assert check(fmt, "", allow_empty=True) is None
-    assert check(fmt, "") is not None
+    assert check(fmt, "", allow_empty=False) is not None
 
 
 @pytest.mark.parametrize(

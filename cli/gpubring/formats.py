@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["FORMATS", "check", "check_bounds", "networks_overlap"]
+__all__ = ["EMPTY_IS_UNSET", "FORMATS", "check", "check_bounds", "networks_overlap"]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL = re.compile(rf"^{_LABEL}$")
@@ -75,8 +75,13 @@ def _endpoint(value: Any) -> str | None:
     return None if 1 <= int(port) <= 65535 else f"a port number 1-65535 after the host, got {port}"
 
 
+_URL_CHARS = re.compile(r"^[^\s\"'<>`\\{}|^]+$")
+
+
 def _url(value: Any) -> str | None:
     text = str(value)
+    if not _URL_CHARS.match(text):
+        return f"a URL without spaces, quotes or <>`\\{{}}|^, got {text!r}"
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -155,10 +160,14 @@ FORMATS: dict[str, Callable[[Any], str | None]] = {
 }
 
 
-def check(fmt: str, value: Any, *, allow_empty: bool = False) -> str | None:
-    """None when `value` fits `fmt`, else what was expected. An empty string passes when the
-    setting says empty means "not set" (allow_empty)."""
-    if allow_empty and value in ("", None):
+# Formats of optional strings: an empty value means "not set" (upstream, automatic, none).
+EMPTY_IS_UNSET = frozenset({"url", "url_or_oci", "oci", "endpoint", "ip"})
+
+
+def check(fmt: str, value: Any, *, allow_empty: bool | None = None) -> str | None:
+    """None when `value` fits `fmt`, else what was expected. An empty string passes for the formats
+    of optional strings (EMPTY_IS_UNSET) unless allow_empty says otherwise."""
+    if (fmt in EMPTY_IS_UNSET if allow_empty is None else allow_empty) and value in ("", None):
         return None
     return FORMATS[fmt](value)
 
