@@ -564,6 +564,12 @@ def test_expectations_from_facts() -> None:
     assert [(p["nic"], p["numa_local"]) for p in result["pairs"]] == [(f"mlx5_{i}", True) for i in range(8)]
     assert result["nccl_one_node"]["floor_gbs"] == 315.0
     assert result["nccl_multi_node"]["floor_gbs"] == 35.0
+    # one rail trained at HDR among NDR rails: expected at the rails' highest rate, and its check fails
+    nics[3]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)"
+    slow = E.expectations_from_facts(facts)["nics"][3]
+    assert (slow["expected_rate_gbps"], slow["rate_gbps"], slow["rate_ok"]) == (400.0, 200.0, False)
+    assert slow["ib_write_bw_min_gbps"] == 320.0
+    assert E.nic_checks([slow])[0]["reason"] == "link trained at 200.0 Gb/s, expected 400.0"
 
 
 def test_xid_lines() -> None:
@@ -607,4 +613,83 @@ def test_sysfs_pcie_links() -> None:
     assert [(x["pci_address"], x["expected_gen"], x["current_gen"], x["ok"]) for x in links] == [
         ("0000:19:00.0", 5, 1, True),  # an idle GPU at Gen1: width decides
         ("0000:1a:00.0", 5, 4, False),  # a NIC trained at Gen4 in a Gen5 slot
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# acceptance checks built from the captured outputs (what the gpu_acceptance role reports)
+
+
+def test_health_checks_on_the_h100_capture() -> None:
+    checks = E.health_checks(text("misc/nvidia-smi-q-text-8x-h100-80gb-hbm3-535.161.08.txt"))
+    assert [c["status"] for c in checks] == ["failed"] * 8
+    assert checks[0]["name"] == "gpu_health:0000:19:00.0"
+    assert checks[0]["reason"] == "0000:19:00.0: clocks slowed down by HW Slowdown, HW Power Brake Slowdown"
+    assert E.verdict(checks) == "failed"
+    assert [
+        c["status"] for c in E.health_checks(text("misc/nvidia-smi-q-text-titan-v-volta-560.35.03.txt"))
+    ] == ["passed"]
+    assert E.health_checks(None, rc=9)[0]["status"] == "failed"
+
+
+def test_nvlink_checks_on_the_a100_capture() -> None:
+    status = text("misc/nvidia-smi-nvlink-status-8x-a100-sxm4-80gb.txt")
+    expected = [
+        dict(E.nvlink_expectation(12, architecture="ampere"), gpu=f"0000:{i:02x}:00.0", index=i)
+        for i in range(8)
+    ]
+    checks = E.nvlink_checks(status, expected)
+    assert [c["status"] for c in checks] == ["passed"] * 8
+    assert checks[0]["expected"] == {"active_links": 12, "min_link_gbs": 22.5}
+    assert checks[0]["measured"] == {"active_links": 12, "min_link_gbs": 25.0}
+    # GPU 0 with one link down
+    degraded = status.replace("Link 11: 25 GB/s", "Link 11: <inactive>", 1)
+    first = E.nvlink_checks(degraded, expected)[0]
+    assert (first["status"], first["reason"]) == ("failed", "11 of 12 NVLinks active")
+
+
+def test_nic_checks_on_the_polling_capture() -> None:
+    nics = nics_from_ibstat("ibstat/8x-connectx7-h100-some-ports-polling.txt")
+    rails = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+    at_400 = [dict(n, expected_rate_gbps=400.0, rate_ok=n["rate_gbps"] == 400.0) for n in nics]
+    by = {c["name"]: c for c in E.nic_checks(at_400, rails)}
+    assert by["nic_link:mlx5_5/1"]["status"] == "failed"  # a rail that is down
+    assert by["nic_link:mlx5_11/1"]["reason"] == "port 1 of mlx5_11 is DOWN"
+    assert by["nic_link:mlx5_0/1"]["status"] == "passed"
+    assert by["nic_link:mlx5_1/1"]["status"] == "failed"  # not a rail, but up at 100 of 400
+    assert by["nic_link:mlx5_1/1"]["reason"] == "link trained at 100.0 Gb/s, expected 400.0"
+
+
+def test_pcie_and_bandwidth_checks() -> None:
+    links = E.pcie_links_from_lspci_vvv(text("lspci/lspci-vvv-dell-hgx-h100-8gpu-4nvswitch-cx7.txt"))
+    checks = E.pcie_checks(links)
+    assert len(checks) == 24 and {c["status"] for c in checks} == {"passed"}
+    assert checks[0]["expected"] == {"gen": 5, "width": 16, "gbs": 63.015}
+    out = " 65536      5000             392.11             391.87               0.747446\n"
+    assert E.ib_write_bw_check("mlx5_0", 0, out, 320.0)["status"] == "passed"
+    low = E.ib_write_bw_check("mlx5_0", 0, out.replace("391.87", "190.02"), 320.0)
+    assert (low["status"], low["reason"]) == ("failed", "190.02 Gb/s < 320.0 Gb/s")
+    assert E.ib_write_bw_check("mlx5_0", 1, "", 320.0)["reason"] == "ib_write_bw exited 1 without a result"
+    assert E.verdict([E.check("x", "skipped", reason="no tool")]) == "skipped-only"
+    with pytest.raises(ValueError, match="needs the reason"):
+        E.check("x", "skipped")
+
+
+def test_rdma_bandwidth_targets() -> None:
+    expected = {
+        "nics": E.nic_expectations(
+            [
+                {"device": "mlx5_0", "port": 1, "state": "ACTIVE", "rate_gbps": 400.0},
+                {"device": "mlx5_1", "port": 1, "state": "DOWN", "rate_gbps": None},
+            ]
+        ),
+        "rails": ["mlx5_0", "mlx5_1"],
+        "pairs": [{"gpu": "0000:19:00.0", "nic": "mlx5_0"}, {"gpu": "0000:3b:00.0", "nic": "mlx5_1"}],
+    }
+    facts = {
+        "gpus": [{"pci_address": "0000:19:00.0", "index": 0}, {"pci_address": "0000:3b:00.0", "index": 1}],
+        "rdma_nics": [{"rdma_device": "mlx5_0", "numa_node": 0}, {"rdma_device": "mlx5_1", "numa_node": 0}],
+    }
+    assert E.rdma_bandwidth_targets(expected, facts) == [
+        {"device": "mlx5_0", "port": 1, "min_gbps": 320.0, "numa_node": 0, "gpu_index": 0}
     ]
