@@ -6,8 +6,9 @@ node_labels) are checked here by what they render, from the sample inventory (in
 variants of it (one control plane without an endpoint; HA with kube-vip; Kubernetes 1.30, which
 takes the kubeadm v1beta3 API; Cilium; Flannel):
 
-- templates render with gpubring.releases.render_template (the filters `gpubring plan` provides,
-  variables layered like Ansible's), and once with Ansible itself, which must agree;
+- templates render with gpubring.releases.render_template (Ansible's template lookup in-process, with
+  the variables VariableManager gives a play of the cluster roles), and once with ansible-playbook,
+  which must agree;
 - the documents' apiVersion/kind, controlPlaneEndpoint, networking CIDRs and flags;
 - the KubeletConfiguration: kubernetes-validate has no kubelet (or kubeadm) schema, so its fields are
   checked against the KubeletConfiguration v1beta1 field names and their value types;

@@ -1,7 +1,7 @@
 """The platform releases, rendered from inventories and checked against upstream.
 
 For the sample inventory and the variants in tests/data/inventories, gpubring.releases renders every
-release from the roles' templates (the same files the roles render with Ansible), and:
+release from the roles' templates with Ansible in-process (the template lookup a run uses), and:
 - each Kubernetes core object validates with kubernetes-validate at the pinned Kubernetes version
   (the nearest schema version the package ships);
 - each custom resource validates against its upstream CRD's openAPIV3Schema;
