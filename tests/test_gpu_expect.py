@@ -691,5 +691,5 @@ def test_rdma_bandwidth_targets() -> None:
         "rdma_nics": [{"rdma_device": "mlx5_0", "numa_node": 0}, {"rdma_device": "mlx5_1", "numa_node": 0}],
     }
     assert E.rdma_bandwidth_targets(expected, facts) == [
-        {"device": "mlx5_0", "port": 1, "min_gbps": 320.0, "numa_node": 0, "gpu_index": 0}
+        {"device": "mlx5_0", "port": 1, "link_layer": None, "min_gbps": 320.0, "numa_node": 0, "gpu_index": 0}
     ]

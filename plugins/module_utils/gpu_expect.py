@@ -1143,6 +1143,7 @@ def rdma_bandwidth_targets(
             {
                 "device": name,
                 "port": port.get("port") or 1,
+                "link_layer": port.get("link_layer"),
                 "min_gbps": port.get("ib_write_bw_min_gbps"),
                 "numa_node": numa.get(name),
                 "gpu_index": paired.get(name),
