@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from gpubring.inventory import Inventory
 
 __all__ = [
+    "LookupRefused",
     "Release",
     "ReleaseRenderError",
     "Variables",
@@ -44,6 +45,7 @@ __all__ = [
     "plan_releases",
     "platform_roles",
     "render_template",
+    "role_releases",
 ]
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
