@@ -564,6 +564,10 @@ def test_expectations_from_facts() -> None:
     assert [(p["nic"], p["numa_local"]) for p in result["pairs"]] == [(f"mlx5_{i}", True) for i in range(8)]
     assert result["nccl_one_node"]["floor_gbs"] == 315.0
     assert result["nccl_multi_node"]["floor_gbs"] == 35.0
+    # GPU 5's topo row lost a link (NV17 to every peer): it is still expected at the board's 18
+    for peer, _ in facts["gpu_nic_affinity"]["gpu_links"][gpus[5]["pci_address"]].items():
+        facts["gpu_nic_affinity"]["gpu_links"][gpus[5]["pci_address"]][peer] = "NV17"
+    assert E.expectations_from_facts(facts)["nvlink"][5]["links"] == 18
     # one rail trained at HDR among NDR rails: expected at the rails' highest rate, and its check fails
     nics[3]["ports"][0]["rate"] = "200 Gb/sec (4X HDR)"
     slow = E.expectations_from_facts(facts)["nics"][3]
@@ -671,6 +675,11 @@ def test_pcie_and_bandwidth_checks() -> None:
     assert (low["status"], low["reason"]) == ("failed", "190.02 Gb/s < 320.0 Gb/s")
     assert E.ib_write_bw_check("mlx5_0", 1, "", 320.0)["reason"] == "ib_write_bw exited 1 without a result"
     assert E.verdict([E.check("x", "skipped", reason="no tool")]) == "skipped-only"
+    down = E.dcgm_check(255, "Error: unable to establish a connection to the specified host: localhost\n", 2)
+    assert (down["status"], down["reason"]) == (
+        "failed",
+        "dcgmi exited 255: Error: unable to establish a connection to the specified host: localhost",
+    )
     with pytest.raises(ValueError, match="needs the reason"):
         E.check("x", "skipped")
 

@@ -920,12 +920,18 @@ def expectations_from_facts(
     nvswitch = bool(facts.get("nvswitch_count")) or bool((facts.get("driver") or {}).get("nvswitch_devices"))
     link_counts = nvlink_links_per_gpu(affinity.get("gpu_links") or {}, nvswitch if nvswitch else None)
     measured = {g["index"]: g for g in parse_nvlink_status(nvlink_status)} if nvlink_status else {}
+    # The GPUs of one model on one board have the same links: expect the most any of them shows, so
+    # that a GPU whose topo row lost links (NV17 among NV18) is held to the board's count.
+    by_model: dict[str, int] = {}
+    for gpu in gpus:
+        count = link_counts.get(gpu["pci_address"], 0)
+        by_model[str(gpu.get("model"))] = max(by_model.get(str(gpu.get("model")), 0), count)
     nvlink = []
     for gpu in gpus:
         arch = gpu_architecture(gpu.get("model"), gpu.get("architecture"))
         seen = measured.get(gpu.get("index"), {})
         expectation = nvlink_expectation(
-            link_counts.get(gpu["pci_address"], 0), architecture=arch, link_gbs=seen.get("link_gbs")
+            by_model.get(str(gpu.get("model")), 0), architecture=arch, link_gbs=seen.get("link_gbs")
         )
         nvlink.append(dict(expectation, gpu=gpu["pci_address"], index=gpu.get("index"), architecture=arch))
     rates = {p["device"]: p["rate_gbps"] for p in ports if p.get("rate_gbps")}
@@ -980,8 +986,12 @@ def dcgm_check(rc: int, stdout: str, level: int) -> dict[str, Any]:
     expected = f"dcgmi diag -r {level}: every test passes"
     if rc == 0 and not parsed["failed"]:
         return check("dcgm_diag", "passed", expected, f"{parsed['passed']} tests passed")
-    failed = ", ".join(parsed["failed"]) or f"exit code {rc}"
-    return check("dcgm_diag", "failed", expected, parsed["failed"] or f"rc {rc}", f"failed: {failed}")
+    if parsed["failed"]:
+        return check(
+            "dcgm_diag", "failed", expected, parsed["failed"], "failed: " + ", ".join(parsed["failed"])
+        )
+    first = next((line.strip() for line in stdout.splitlines() if line.strip()), "no output")
+    return check("dcgm_diag", "failed", expected, f"rc {rc}", f"dcgmi exited {rc}: {first}")
 
 
 def health_checks(q_text: str | None, rc: int = 0) -> list[dict[str, Any]]:
