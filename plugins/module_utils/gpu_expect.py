@@ -265,7 +265,9 @@ def nic_expectations(
             dict(
                 port,
                 active=active,
-                expected_rate_gbps=expected if active else None,
+                expected_rate_gbps=expected
+                if active
+                else (float(expected_rate_gbps) if expected_rate_gbps else None),
                 ib_write_bw_min_gbps=round(expected * ib_write_bw_fraction, 3)
                 if active and expected
                 else None,
@@ -950,7 +952,10 @@ def expectations_from_facts(
             nvlink_gpu_gbs=per_gpu,
             fraction=nccl_busbw_fraction,
             nodes=max(nodes, 2),
-            rail_rates_gbps=[rates[r] for r in rails if r in rates],
+            # the promised rate of every rail: a rail that is down lowers the measurement, not the floor
+            rail_rates_gbps=[rail_rate] * len(rails)
+            if rail_rate
+            else [rates[r] for r in rails if r in rates],
         ),
         "fractions": {"ib_write_bw": ib_write_bw_fraction, "nccl_busbw": nccl_busbw_fraction},
     }
