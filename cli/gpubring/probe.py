@@ -1,18 +1,29 @@
 """SSH probes behind `gpubring check`: can Ansible reach, log in to and become root on every host?
 
 Each host is probed over a real SSH connection with paramiko, in parallel (a bounded thread pool) and
-within a per-host time budget:
+within a per-host time budget, reached the way Ansible's ssh connection (OpenSSH) would reach it:
 
+0. where and how: `ansible_user`, `ansible_port` and `ansible_ssh_private_key_file` first (Ansible
+   passes them as -o User=, -o Port=, -i), then `ansible_ssh_common_args` / `ansible_ssh_extra_args`
+   (`-o Key=Value`, `-i`, `-p`, `-l`, `-J`, `-F`), then the ssh config (`-F FILE`, else ~/.ssh/config)
+   read by paramiko.SSHConfig and looked up by the host's address: HostName, User, Port,
+   IdentityFile, UserKnownHostsFile, GlobalKnownHostsFile, StrictHostKeyChecking, ProxyJump and
+   ProxyCommand. A ProxyJump hop (chains too) is resolved through the same ssh config and probed
+   with the same host-key policy, then a `direct-tcpip` channel through it carries the connection; a
+   ProxyCommand runs with %h %p %r expanded;
 1. TCP connect to address:port (refused, timed out and no route are told apart);
-2. SSH handshake, then the server's host key is checked against known_hosts the way OpenSSH does it:
-   the files named by `UserKnownHostsFile` in the host's `ansible_ssh_common_args` /
-   `ansible_ssh_extra_args` if set, else ~/.ssh/known_hosts (and known_hosts2), plus the global
-   /etc/ssh/ssh_known_hosts. An unknown key is refused unless `accept_new_host_keys`, which then
-   records it in the first user known_hosts file; a changed or revoked key is always refused;
-3. public-key authentication with `ansible_ssh_private_key_file` if set, else the ssh-agent's keys and
+2. SSH handshake, then the server's host key is checked against known_hosts with paramiko's HostKeys
+   (hashed names, `[addr]:port`): the `UserKnownHostsFile` files, else ~/.ssh/known_hosts (and
+   known_hosts2), plus the global /etc/ssh/ssh_known_hosts. An unknown key is refused unless
+   `accept_new_host_keys` (or StrictHostKeyChecking accept-new/no), which then records it in the first
+   user known_hosts file; a changed or `@revoked` key is always refused, naming the file and line;
+3. public-key authentication with the first IdentityFile if any, else the ssh-agent's keys and
    the default ~/.ssh/id_{ed25519,ecdsa,rsa};
 4. one remote shell script: uid, `uname -r`, passwordless sudo (`sudo -n true`, or root) and
    /etc/os-release.
+
+Not followed: known_hosts host patterns (globs, negations: paramiko matches names exactly), ssh config
+`Include` (paramiko has none) and `ansible_ssh_args` (by default only connection-sharing options).
 
 This module imports paramiko at module level, so only import it inside a command function.
 """
@@ -22,10 +33,8 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
-import hmac
 import logging
 import os
-import re
 import shlex
 import socket
 import threading
@@ -62,7 +71,7 @@ class ProbeSettings:
 
 @dataclass(frozen=True)
 class Target:
-    """Where and how to reach one host, resolved from its inventory variables."""
+    """Where and how to reach one host, resolved from its inventory variables and the ssh config."""
 
     name: str
     address: str
@@ -71,11 +80,22 @@ class Target:
     key_file: Path | None
     known_hosts: tuple[Path, ...]  # user known_hosts files; a new key is written to the first
     global_known_hosts: tuple[Path, ...] = tuple(Path(p) for p in GLOBAL_KNOWN_HOSTS)
+    accept_new: bool = False  # StrictHostKeyChecking accept-new (or no): record unknown keys
+    proxy_command: str | None = None  # tokens already expanded
+    jump: Target | None = None  # the last ProxyJump hop; its own `jump` is the hop before
 
     @property
     def known_hosts_name(self) -> str:
         """The name OpenSSH files this host under: `addr`, or `[addr]:port` off port 22."""
         return self.address if self.port == SSH_PORT else f"[{self.address}]:{self.port}"
+
+    @property
+    def route(self) -> str:
+        """`addr:port`, and how it is reached when not directly: for messages."""
+        where = f"{self.address}:{self.port}"
+        if self.jump is not None:
+            return f"{where} via ProxyJump {self.jump.user}@{self.jump.route}"
+        return f"{where} via ProxyCommand {self.proxy_command!r}" if self.proxy_command else where
 
 
 class ProblemKind(StrEnum):
@@ -153,8 +173,22 @@ def result_to_json(result: ProbeResult) -> dict[str, Any]:
 # --------------------------------------------------------------------------- inventory -> targets
 
 
+class SshConfigError(Exception):
+    """The ssh config cannot be read or used (OpenSSH would refuse to start too)."""
+
+
+# The ssh_config keywords check honours, from the ssh config or the inventory's ssh arguments.
+HONOURED = (
+    "hostname", "user", "port", "identityfile", "userknownhostsfile", "globalknownhostsfile",
+    "stricthostkeychecking", "proxyjump", "proxycommand",
+)  # fmt: skip
+_FLAGS = {"-o": "", "-i": "identityfile", "-p": "port", "-l": "user", "-J": "proxyjump", "-F": "configfile"}
+MAX_JUMPS = 8
+
+
 def ssh_options(args: str) -> dict[str, str]:
-    """`-o Key=Value` options (and `-i FILE`) from ssh arguments; keys lower-case, first one wins."""
+    """ssh_config keywords from ssh arguments: `-o Key=Value`, `-o Key Value`, `-i`, `-p`, `-l`, `-J`
+    and `-F` (as `configfile`); keys lower-case, the first one wins as in ssh."""
     try:
         words = shlex.split(args)
     except ValueError:
@@ -162,17 +196,15 @@ def ssh_options(args: str) -> dict[str, str]:
     found: dict[str, str] = {}
     i = 0
     while i < len(words):
-        word = words[i]
-        value: str | None = None
-        if word in ("-o", "-i") and i + 1 < len(words):
+        flag, value = words[i][:2], words[i][2:]
+        if flag in _FLAGS and not value and i + 1 < len(words):
             value, i = words[i + 1], i + 1
-        elif word.startswith(("-o", "-i")) and len(word) > 2:
-            value = word[2:]
-        if value is not None and word.startswith("-i"):
-            found.setdefault("identityfile", value)
-        elif value is not None:
-            key, _, rest = value.replace("=", " ", 1).partition(" ")
-            found.setdefault(key.strip().lower(), rest.strip())
+        if flag in _FLAGS and value:
+            if flag == "-o":
+                key, _, rest = value.replace("=", " ", 1).partition(" ")
+                found.setdefault(key.strip().lower(), rest.strip())
+            else:
+                found.setdefault(_FLAGS[flag], value)
         i += 1
     return found
 
@@ -186,34 +218,77 @@ def _paths(value: str) -> tuple[Path, ...]:
     return tuple(Path(os.path.expanduser(p)) for p in words)
 
 
-def target_for(host: Host) -> Target:
-    """Resolve address, port, user, key file and known_hosts files the way Ansible's ssh would."""
-    hv: Mapping[str, Any] = host.vars or {}
-    args = " ".join(str(hv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
-    options = ssh_options(args)
-    key = hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file")
-    key = key or options.get("identityfile")
-    user = host.user or hv.get("ansible_user") or hv.get("ansible_ssh_user")
-    if not user:
-        import getpass
+def _lookup(config_file: Path | None, host: str, first: Mapping[str, str]) -> dict[str, Any]:
+    """paramiko.SSHConfig's answer for `host`, with `first` in a leading `Host *` block: ssh takes the
+    first value it obtains, so command-line options beat the config file, as `ssh -o` does."""
+    block = "".join(f"  {k} {v}\n" for k, v in first.items() if k in HONOURED and v and "\n" not in v)
+    text = f"Host *\n{block}" if block else ""
+    if config_file is not None:
+        try:
+            text += "\n" + config_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SshConfigError(f"cannot read ssh config {config_file}: {exc.strerror}") from None
+    try:
+        return dict(paramiko.SSHConfig.from_text(text).lookup(host))
+    except (paramiko.SSHException, ValueError) as exc:
+        raise SshConfigError(f"ssh config {config_file}: {exc}") from None
 
-        user = getpass.getuser()
-    known = options.get("userknownhostsfile")
-    global_known = options.get("globalknownhostsfile")
+
+def _resolve(name: str, host: str, first: dict[str, str], config_file: Path | None, depth: int) -> Target:
+    if depth > MAX_JUMPS:
+        raise SshConfigError(f"{name}: more than {MAX_JUMPS} ProxyJump hops (a loop in the ssh config?)")
+    found = _lookup(config_file, host, first)
+    jump_spec = str(found.get("proxyjump") or "")
+    jump = None
+    if jump_spec and jump_spec.lower() != "none":
+        # `-J a,b`: ssh reaches b through a, then the target through b.
+        earlier, _, last = jump_spec.rpartition(",")
+        user, _, hop = last.rpartition("@")
+        hop_host, _, hop_port = hop.partition(":") if not hop.startswith("[") else hop[1:].partition("]:")
+        hop_first = {"user": user, "port": hop_port, "proxyjump": earlier}
+        jump = _resolve(f"{name} (jump host {hop_host})", hop_host, hop_first, config_file, depth + 1)
+    import getpass
+
+    proxy = str(found.get("proxycommand") or "")
+    known = str(found.get("userknownhostsfile") or " ".join(USER_KNOWN_HOSTS))
+    global_known = str(found.get("globalknownhostsfile") or " ".join(GLOBAL_KNOWN_HOSTS))
+    keys = found.get("identityfile") or []
+    try:
+        port = int(found.get("port") or SSH_PORT)
+    except ValueError:
+        raise SshConfigError(f"{name}: bad port {found.get('port')!r}") from None
     return Target(
-        name=host.name,
-        address=str(host.address or host.name),
-        port=int(host.port or SSH_PORT),
-        user=str(user),
-        key_file=Path(os.path.expanduser(str(key))) if key else None,
-        known_hosts=_paths(known) if known else _paths(" ".join(USER_KNOWN_HOSTS)),
-        global_known_hosts=_paths(global_known) if global_known else _paths(" ".join(GLOBAL_KNOWN_HOSTS)),
+        name=name,
+        address=str(found.get("hostname") or host),
+        port=port,
+        user=str(found.get("user") or getpass.getuser()),
+        key_file=Path(os.path.expanduser(keys[0])) if keys else None,
+        known_hosts=_paths(known),
+        global_known_hosts=_paths(global_known),
+        accept_new=str(found.get("stricthostkeychecking", "")).lower() in ("accept-new", "no", "off"),
+        proxy_command=proxy if proxy and proxy.lower() != "none" and not jump else None,
+        jump=jump,
     )
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """A known_hosts host pattern (`*`, `?`) as a case-insensitive regex."""
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern), re.I)
+def target_for(host: Host) -> Target:
+    """Resolve a host the way Ansible's ssh would: ansible_user, ansible_port and the private key file
+    first (Ansible passes them as -o User=, -o Port=, -i), then the ssh arguments, then the ssh config
+    (`-F FILE` in the arguments, else ~/.ssh/config) looked up by the host's address."""
+    hv: Mapping[str, Any] = host.vars or {}
+    args = " ".join(str(hv.get(k) or "") for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args"))
+    key = hv.get("ansible_ssh_private_key_file") or hv.get("ansible_private_key_file")
+    user = host.user or hv.get("ansible_user") or hv.get("ansible_ssh_user")
+    first = {"user": str(user or ""), "identityfile": str(key or "")}
+    first["port"] = str(host.port) if "ansible_port" in hv else ""
+    for k, v in ssh_options(args).items():
+        if not first.get(k):
+            first[k] = v
+    config = first.pop("configfile", "")
+    config_file: Path | None = Path(os.path.expanduser(config or "~/.ssh/config"))
+    if not config and not (config_file and config_file.is_file()):
+        config_file = None
+    return _resolve(host.name, str(host.address or host.name), first, config_file, 0)
 
 
 def select_hosts(inventory: Inventory, pattern: str | None) -> list[Host]:
@@ -234,57 +309,14 @@ def fingerprint(blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-@dataclass(frozen=True)
-class KnownHostsLine:
-    file: Path
-    lineno: int
-    marker: str  # "", "@revoked" or "@cert-authority"
-    hosts: str
-    key_type: str
-    blob: bytes
+@dataclass
+class _KnownFile:
+    """One known_hosts file: paramiko's HostKeys for lookups (hashed names, `[host]:port`), and the
+    line of each key and of each `@revoked` key (which paramiko does not read) for messages."""
 
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.blob)
-
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.lineno}"
-
-    def matches(self, name: str) -> bool:
-        """OpenSSH host matching: hashed `|1|salt|hash` entries, globs, and `!` negations."""
-        if self.hosts.startswith("|1|"):
-            _, _, salt, digest = self.hosts.split("|", 3)
-            try:
-                mac = hmac.new(base64.b64decode(salt), name.encode(), hashlib.sha1).digest()
-                return hmac.compare_digest(mac, base64.b64decode(digest))
-            except ValueError:
-                return False
-        hit = False
-        for pattern in self.hosts.split(","):
-            negated = pattern.startswith("!")
-            if _glob_regex(pattern.lstrip("!")).fullmatch(name):
-                if negated:
-                    return False
-                hit = True
-        return hit
-
-
-def parse_known_hosts(path: Path, text: str) -> list[KnownHostsLine]:
-    lines: list[KnownHostsLine] = []
-    for lineno, raw in enumerate(text.splitlines(), start=1):
-        fields = raw.split()
-        if not fields or fields[0].startswith("#"):
-            continue
-        marker = fields.pop(0) if fields[0].startswith("@") else ""
-        if len(fields) < 3:
-            continue
-        try:
-            blob = base64.b64decode(fields[2], validate=True)
-        except ValueError:
-            continue
-        lines.append(KnownHostsLine(path, lineno, marker, fields[0], fields[1], blob))
-    return lines
+    keys: paramiko.HostKeys
+    lines: list[tuple[int, bytes]]
+    revoked: list[tuple[int, bytes]]
 
 
 class KnownHosts:
@@ -292,44 +324,69 @@ class KnownHosts:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._files: dict[Path, list[KnownHostsLine]] = {}
+        self._files: dict[Path, _KnownFile] = {}
 
-    def _load(self, path: Path) -> list[KnownHostsLine]:
+    def _load(self, path: Path) -> _KnownFile:
         if path not in self._files:
+            known = _KnownFile(paramiko.HostKeys(), [], [])
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except OSError:
                 text = ""
-            self._files[path] = parse_known_hosts(path, text)
+            for lineno, raw in enumerate(text.splitlines(), start=1):
+                marker, _, rest = raw.strip().partition(" ") if raw.startswith("@") else ("", "", raw)
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(rest, lineno)
+                except (paramiko.SSHException, ValueError):
+                    entry = None
+                if entry is None or entry.key is None:
+                    continue
+                if marker == "@revoked":
+                    known.revoked.append((lineno, entry.key.asbytes()))
+                elif not marker:
+                    known.lines.append((lineno, entry.key.asbytes()))
+                    for name in entry.hostnames:
+                        known.keys.add(name, entry.key.get_name(), entry.key)
+            self._files[path] = known
         return self._files[path]
 
-    def lookup(self, files: Iterable[Path], name: str) -> list[KnownHostsLine]:
+    def lookup(self, files: Iterable[Path], name: str) -> list[tuple[Path, paramiko.PKey]]:
+        """The keys on file for `name`, with the file each comes from."""
         with self._lock:
-            return [ln for f in files for ln in self._load(f) if ln.matches(name)]
+            found: list[tuple[Path, paramiko.PKey]] = []
+            for path in files:
+                keys: Mapping[str, paramiko.PKey] = self._load(path).keys.lookup(name) or {}
+                found += [(path, keys[key_type]) for key_type in keys]
+            return found
 
-    def add(self, path: Path, name: str, key_type: str, blob: bytes) -> None:
-        line = f"{name} {key_type} {base64.b64encode(blob).decode()}\n"
+    def where(self, path: Path, key: paramiko.PKey, revoked: bool = False) -> str:
+        """`file:line` of a key on file (or of a revoked key), or "" when it is in none."""
         with self._lock:
-            current = self._load(path)
-            if any(ln.matches(name) and ln.blob == blob and not ln.marker for ln in current):
+            known = self._load(path)
+            lines = known.revoked if revoked else known.lines
+            return next((f"{path}:{n}" for n, blob in lines if blob == key.asbytes()), "")
+
+    def add(self, path: Path, name: str, key: paramiko.PKey) -> None:
+        with self._lock:
+            known = self._load(path)
+            if known.keys.check(name, key):
                 return  # another probe of the same address:port recorded it first
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as handle:
                 if path.is_file() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
                     handle.write("\n")
-                handle.write(line)
-            lineno = len(path.read_text(encoding="utf-8").splitlines()) if path.is_file() else 0
-            current.append(KnownHostsLine(path, lineno, "", name, key_type, blob))
+                handle.write(paramiko.hostkeys.HostKeyEntry([name], key).to_line() or "")
+            known.keys.add(name, key.get_name(), key)
+            known.lines.append((len(path.read_text(encoding="utf-8").splitlines()), key.asbytes()))
 
 
-def _preferred_key_types(current: Sequence[str], known: Iterable[KnownHostsLine]) -> list[str]:
+def _preferred_key_types(current: Sequence[str], known: Iterable[paramiko.PKey]) -> list[str]:
     """Ask first for host key types already on file, as OpenSSH does, so a known host verifies."""
     first: list[str] = []
-    for line in known:
-        wanted = (
-            ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"] if line.key_type == "ssh-rsa" else [line.key_type]
-        )
+    for key in known:
+        name = key.get_name()
+        wanted = ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"] if name == "ssh-rsa" else [name]
         first += [t for t in wanted if t in current and t not in first]
     return first + [t for t in current if t not in first]
 
@@ -432,29 +489,30 @@ def _check_host_key(
     target: Target,
     known: KnownHosts,
     accept_new: bool,
-    on_file: Sequence[KnownHostsLine],
+    on_file: Sequence[tuple[Path, paramiko.PKey]],
 ) -> str:
     blob, key_type, name = key.asbytes(), key.get_name(), target.known_hosts_name
     offered = f"{key_type} {fingerprint(blob)}"
-    if any(ln.marker == "@revoked" and ln.blob == blob for ln in on_file):
-        line = next(ln for ln in on_file if ln.marker == "@revoked" and ln.blob == blob)
-        raise _Stop(
-            ProblemKind.REVOKED_HOST_KEY,
-            f"{name} offered host key {offered}, which is marked @revoked at {line.where}; refusing it",
-        )
-    entries = [ln for ln in on_file if not ln.marker]
-    if any(ln.blob == blob for ln in entries):
+    for path in target.known_hosts + target.global_known_hosts:
+        if where := known.where(path, key, revoked=True):
+            raise _Stop(
+                ProblemKind.REVOKED_HOST_KEY,
+                f"{name} offered host key {offered}, which is marked @revoked at {where}; refusing it",
+            )
+    if any(k.asbytes() == blob for _, k in on_file):
         return "known"
-    if entries:
-        same = [ln for ln in entries if ln.key_type == key_type] or entries
-        on_record = "; ".join(f"{ln.key_type} {ln.fingerprint} at {ln.where}" for ln in same)
+    if on_file:
+        same = [(p, k) for p, k in on_file if k.get_name() == key_type] or list(on_file)
+        on_record = "; ".join(
+            f"{k.get_name()} {fingerprint(k.asbytes())} at {known.where(p, k) or p}" for p, k in same
+        )
         raise _Stop(
             ProblemKind.CHANGED_HOST_KEY,
             f"HOST KEY CHANGED for {name}: the server offered {offered}, but known_hosts has "
             f"{on_record}. Someone may be intercepting the connection, or the host was reinstalled; if "
-            f"you know it was, remove the old key with: ssh-keygen -R '{name}' -f {same[0].file}",
+            f"you know it was, remove the old key with: ssh-keygen -R '{name}' -f {same[0][0]}",
         )
-    if not accept_new:
+    if not (accept_new or target.accept_new):
         files = ", ".join(str(f) for f in target.known_hosts)
         raise _Stop(
             ProblemKind.UNKNOWN_HOST_KEY,
@@ -462,7 +520,7 @@ def _check_host_key(
             "the host's (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), then re-run with "
             f"--accept-new-host-keys to record it in {target.known_hosts[0]}",
         )
-    known.add(target.known_hosts[0], name, key_type, blob)
+    known.add(target.known_hosts[0], name, key)
     return "accepted"
 
 
@@ -555,6 +613,81 @@ def _run_probe_script(transport: paramiko.Transport, deadline: _Deadline) -> tup
         channel.close()
 
 
+def _open_socket(
+    target: Target,
+    settings: ProbeSettings,
+    known: KnownHosts,
+    deadline: _Deadline,
+    opened: list[paramiko.Transport],
+) -> socket.socket | paramiko.Channel | paramiko.ProxyCommand:
+    """A byte stream to the target's sshd: direct, through a ProxyJump hop, or a ProxyCommand."""
+    if target.jump is not None:
+        hop = target.jump
+        try:
+            via = _log_in(hop, settings, known, deadline, state={}, opened=opened)
+        except _Stop as stop:
+            raise _Stop(
+                stop.problem.kind, f"jump host {hop.user}@{hop.route}: {stop.problem.message}"
+            ) from None
+        try:
+            return via.open_channel(
+                "direct-tcpip", (target.address, target.port), ("127.0.0.1", 0), timeout=deadline.left()
+            )
+        except (paramiko.ChannelException, paramiko.SSHException) as exc:
+            raise _Stop(
+                ProblemKind.UNREACHABLE, f"{target.route}: the jump host could not connect to it ({exc})"
+            ) from None
+    if target.proxy_command:
+        # OpenSSH runs it with the user's shell; `exec` leaves no shell between us and the command.
+        return paramiko.ProxyCommand(f"/bin/sh -c {shlex.quote('exec ' + target.proxy_command)}")
+    return _connect(target, deadline)
+
+
+def _log_in(
+    target: Target,
+    settings: ProbeSettings,
+    known: KnownHosts,
+    deadline: _Deadline,
+    *,
+    state: dict[str, Any],
+    opened: list[paramiko.Transport],
+) -> paramiko.Transport:
+    """Reach, verify and log in to one host (jump hosts first); `opened` collects transports to close."""
+    sock = _open_socket(target, settings, known, deadline, opened)
+    state["reachable"] = True
+    transport = paramiko.Transport(sock)
+    opened.append(transport)
+    transport.banner_timeout = transport.handshake_timeout = deadline.left()
+    transport.auth_timeout = deadline.left()
+    on_file = known.lookup(target.known_hosts + target.global_known_hosts, target.known_hosts_name)
+    options = transport.get_security_options()
+    options.key_types = _preferred_key_types(options.key_types, [k for _, k in on_file])
+    direct = target.jump is None and not target.proxy_command
+    failed = (
+        f"{target.address}:{target.port} accepts TCP connections but the SSH handshake failed"
+        if direct
+        else f"{target.route}: the SSH handshake failed"
+    )
+    try:
+        transport.start_client(timeout=deadline.left())
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        raise _Stop(
+            ProblemKind.SSH, f"{failed} ({exc or type(exc).__name__}): is it an SSH server?"
+        ) from None
+    if not transport.is_active() or not transport.initial_kex_done:
+        raise _Stop(
+            ProblemKind.SSH,
+            f"{failed} (no SSH banner or key exchange within {settings.timeout:g}s): is it an SSH server?",
+        )
+    server_key = transport.get_remote_server_key()
+    state["fp"] = fingerprint(server_key.asbytes())
+    state["host_key"] = _check_host_key(server_key, target, known, settings.accept_new_host_keys, on_file)
+    state["auth"] = False
+    _authenticate(transport, target)
+    state["auth"] = True
+    return transport
+
+
 def probe_host(target: Target, settings: ProbeSettings, known: KnownHosts) -> ProbeResult:
     """Probe one host; never raises for a problem of the host, which lands in `problem` instead."""
     started = time.monotonic()
@@ -562,36 +695,9 @@ def probe_host(target: Target, settings: ProbeSettings, known: KnownHosts) -> Pr
     state: dict[str, Any] = {"reachable": False, "host_key": None, "fp": None, "auth": None}
     facts: RemoteFacts | None = None
     problem: ProbeProblem | None = None
-    transport: paramiko.Transport | None = None
+    opened: list[paramiko.Transport] = []
     try:
-        sock = _connect(target, deadline)
-        state["reachable"] = True
-        transport = paramiko.Transport(sock)
-        transport.banner_timeout = transport.handshake_timeout = deadline.left()
-        transport.auth_timeout = deadline.left()
-        on_file = known.lookup(target.known_hosts + target.global_known_hosts, target.known_hosts_name)
-        options = transport.get_security_options()
-        options.key_types = _preferred_key_types(options.key_types, [ln for ln in on_file if not ln.marker])
-        try:
-            transport.start_client(timeout=deadline.left())
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            raise _Stop(
-                ProblemKind.SSH,
-                f"{target.address}:{target.port} accepts TCP connections but the SSH handshake failed "
-                f"({exc or type(exc).__name__}): is it an SSH server?",
-            ) from None
-        if not transport.is_active() or not transport.initial_kex_done:
-            raise _Stop(
-                ProblemKind.SSH,
-                f"{target.address}:{target.port} accepts TCP connections but the SSH handshake failed "
-                f"(no SSH banner or key exchange within {settings.timeout:g}s): is it an SSH server?",
-            )
-        server_key = transport.get_remote_server_key()
-        state["fp"] = fingerprint(server_key.asbytes())
-        state["host_key"] = _check_host_key(server_key, target, known, settings.accept_new_host_keys, on_file)
-        state["auth"] = False
-        _authenticate(transport, target)
-        state["auth"] = True
+        transport = _log_in(target, settings, known, deadline, state=state, opened=opened)
         status, out, err = _run_probe_script(transport, deadline)
         facts = parse_probe_output(out)
         if facts.sudo is None:
@@ -605,18 +711,22 @@ def probe_host(target: Target, settings: ProbeSettings, known: KnownHosts) -> Pr
             )
     except _Stop as stop:
         problem = stop.problem
-        if problem.kind in (ProblemKind.UNKNOWN_HOST_KEY, ProblemKind.CHANGED_HOST_KEY):
-            state["host_key"] = "unknown" if problem.kind == ProblemKind.UNKNOWN_HOST_KEY else "changed"
+        if state["fp"] is None:
+            pass  # the target's own host key was never seen (a jump host's problem is in the message)
+        elif problem.kind == ProblemKind.UNKNOWN_HOST_KEY:
+            state["host_key"] = "unknown"
+        elif problem.kind == ProblemKind.CHANGED_HOST_KEY:
+            state["host_key"] = "changed"
         elif problem.kind == ProblemKind.REVOKED_HOST_KEY:
             state["host_key"] = "revoked"
     except (paramiko.SSHException, EOFError, OSError) as exc:
         problem = ProbeProblem(
             ProblemKind.PROBE,
-            f"{target.address}:{target.port}: connection lost or timed out after "
+            f"{target.route}: connection lost or timed out after "
             f"{time.monotonic() - started:.1f}s of {settings.timeout:g}s ({exc or type(exc).__name__})",
         )
     finally:
-        if transport is not None:
+        for transport in reversed(opened):
             transport.close()
     return ProbeResult(
         name=target.name,

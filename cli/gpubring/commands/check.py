@@ -56,7 +56,11 @@ def command(
     settings = probe.ProbeSettings(
         timeout=timeout, parallel=parallel, accept_new_host_keys=accept_new_host_keys
     )
-    targets = [probe.target_for(h) for h in hosts]
+    try:
+        targets = [probe.target_for(h) for h in hosts]
+    except probe.SshConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     with console.status(f"probing {len(targets)} host(s), {min(parallel, len(targets))} at a time"):
         results = probe.probe_hosts(targets, settings)
     tools, collections = probe.tool_versions(), probe.collection_versions()
