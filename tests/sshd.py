@@ -8,6 +8,7 @@ machines), so logins as root work; `StrictModes no` lets it read keys from the t
     client = KeyPair.generate(tmp_path / "id_test")
     with Sshd.start(tmp_path / "sshd", authorized=[client.public_line]) as server:
         server.port, server.known_hosts_line()  # "[127.0.0.1]:PORT ssh-ed25519 AAAA..."
+        server.log.read_text()  # sshd's own log (LogLevel VERBOSE, or `log_level=`)
 
 """
 
@@ -98,8 +99,14 @@ class Sshd:
 
     @classmethod
     def start(
-        cls, workdir: Path, authorized: list[str], host_key_types: tuple[str, ...] = ("ed25519",)
+        cls,
+        workdir: Path,
+        authorized: list[str],
+        host_key_types: tuple[str, ...] = ("ed25519",),
+        log_level: str = "VERBOSE",
     ) -> Sshd:
+        """`log_level` DEBUG1 also logs each forwarded connection (`server_request_direct_tcpip: ...
+        target 127.0.0.1 port N`): the proof that a client went through this server as a jump host."""
         require_sshd()
         workdir.mkdir(parents=True, exist_ok=True)
         host_keys = [KeyPair.generate(workdir / f"ssh_host_{t}_key", t, "host") for t in host_key_types]
@@ -121,7 +128,8 @@ class Sshd:
                     "PasswordAuthentication no",
                     "KbdInteractiveAuthentication no",
                     "MaxStartups 50:30:100",
-                    "LogLevel VERBOSE",
+                    f"LogLevel {log_level}",
+                    "AllowTcpForwarding yes",
                     "",
                 ]
             )
