@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import getpass
 import hashlib
 import logging
 import os
@@ -247,8 +248,6 @@ def _resolve(name: str, host: str, first: dict[str, str], config_file: Path | No
         hop_host, _, hop_port = hop.partition(":") if not hop.startswith("[") else hop[1:].partition("]:")
         hop_first = {"user": user, "port": hop_port, "proxyjump": earlier}
         jump = _resolve(f"{name} (jump host {hop_host})", hop_host, hop_first, config_file, depth + 1)
-    import getpass
-
     proxy = str(found.get("proxycommand") or "")
     known = str(found.get("userknownhostsfile") or " ".join(USER_KNOWN_HOSTS))
     global_known = str(found.get("globalknownhostsfile") or " ".join(GLOBAL_KNOWN_HOSTS))
