@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpubring.options import InventoryArg
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpubring.inventory import Inventory
+    from gpubring.manifests import ManifestsResult
 
 JsonOut = Annotated[
     str | None,
@@ -14,11 +21,44 @@ JsonOut = Annotated[
         "--json", metavar="PATH|-", help="Also write the plan as JSON to PATH; `-` prints only JSON."
     ),
 ]
+ManifestsOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--manifests",
+        metavar="DIR",
+        help="Also write every release's rendered objects, in apply order, to DIR/<release>.yaml "
+        "(charts rendered offline by Helm's engine from local charts; needs gpubring[render]).",
+    ),
+]
+ChartsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--charts",
+        metavar="DIR",
+        help="With --manifests: a folder of local charts, <chart>-<version>/ or <chart>-<version>.tgz.",
+    ),
+]
 
 
-def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
+def _fail(message: str) -> None:
+    from gpubring.exitcodes import ExitCode
+
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+
+
+def command(
+    inventory: InventoryArg,
+    json_out: JsonOut = None,
+    manifests: ManifestsOut = None,
+    charts: ChartsDir = None,
+) -> None:
     """Validate the inventory, then show the phases with their roles and hosts, the effective
-    versions with every compatibility rule, and the Helm releases. Touches no host."""
+    versions with every compatibility rule, and the Helm releases. Touches no host.
+
+    With --manifests DIR, also write each release's objects as a run applies them (its namespace,
+    gpubring's objects, the chart rendered by Helm, gpubring's custom resources) to DIR/<release>.yaml,
+    to review or diff; a release whose chart is not available locally is named, with why."""
     # Imported here: `gpubring --help` does not pay for YAML, Jinja2 and the inventory model.
     from rich.console import Console
 
@@ -26,6 +66,19 @@ def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
     from gpubring.inventory import InventoryError, exit_with, load_or_exit
     from gpubring.phases import PlaybookError
     from gpubring.specs import Problem
+
+    if charts is not None and manifests is None:
+        _fail("--charts is read only with --manifests DIR")
+    if manifests is not None:
+        from gpubring import manifests as rendering
+
+        try:
+            rendering.engine()
+            rendering.check_folder(manifests)
+        except (rendering.EngineMissing, rendering.FolderError) as exc:
+            _fail(f"--manifests: {exc}")
+        if charts is not None and not charts.is_dir():
+            _fail(f"--charts {charts}: expected a folder of <chart>-<version>/ or <chart>-<version>.tgz")
 
     inv = load_or_exit(inventory)
     try:
@@ -39,3 +92,52 @@ def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
         planning.write_json(planning.plan_document(plan), json_out, console)
     if json_out != "-":
         planning.render_plan(plan, console)
+    if manifests is not None:
+        result = _write_manifests(inv, manifests, charts)
+        _show(result, console if json_out != "-" else Console(stderr=True))
+
+
+def _write_manifests(inv: Inventory, folder: Path, charts: Path | None) -> ManifestsResult:
+    from gpubring import manifests as rendering
+    from gpubring.releases import plan_releases
+
+    try:
+        return rendering.write_manifests(
+            plan_releases(inv),
+            folder,
+            kube_version=str(inv.versions["kubernetes"]["version"]),
+            inventory_root=inv.root,
+            charts=charts,
+        )
+    except (rendering.EngineMissing, rendering.FolderError) as exc:
+        _fail(f"--manifests: {exc}")
+        raise  # not reached: _fail exits
+    except OSError as exc:
+        _fail(f"--manifests {folder}: cannot write ({exc.strerror or exc})")
+        raise
+
+
+def _show(result: ManifestsResult, console: Console) -> None:
+    def say(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    say(f"Manifests in {result.folder} (Kubernetes {result.kube_version}, in apply order):")
+    for r in result.releases:
+        if not r.file:
+            say(f"  {r.release}: nothing written: {r.problem}")
+            continue
+        if r.problem:
+            what = f"{r.objects} object(s) of gpubring only, chart not rendered"
+        elif r.chart:
+            what = f"{r.objects} object(s), {r.chart_objects} of {r.chart} from {r.origin}"
+        else:
+            what = f"{r.objects} object(s) of gpubring (no chart)"
+        say(f"  {r.file}: {what}")
+        for note in r.notes:
+            say(f"    note: {note}")
+    for name in result.removed:
+        say(f"  {name}: removed (written by an earlier run; no release writes it now)")
+    if result.unrendered:
+        say("Charts not rendered:")
+        for r in result.unrendered:
+            say(f"  {r.problem}")

@@ -1,0 +1,182 @@
+"""`gpubring plan --manifests DIR`: every release's objects as a run applies them, rendered from the
+real upstream charts at the pinned versions ($GPUBRING_UPSTREAM_DIR/charts) by Helm's own engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from gpubring import manifests
+from gpubring.app import app
+from upstream import builtin_api_versions, upstream_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "inventories" / "prod"
+ALL_ON = ROOT / "tests" / "data" / "inventories" / "all-on"
+KUBERNETES = "1.34.2"  # the pin of both inventories
+
+# The files of all-on and, in each, kinds its chart or gpubring's objects must bring.
+ALL_ON_KINDS = {
+    "gpu-operator.yaml": {"Namespace", "CustomResourceDefinition", "ClusterPolicy", "DaemonSet"},
+    "network-operator.yaml": {"Namespace", "CustomResourceDefinition", "NicClusterPolicy", "IPPool"},
+    "volcano.yaml": {"CustomResourceDefinition", "Deployment", "ValidatingWebhookConfiguration"},
+    "kai-scheduler.yaml": {"CustomResourceDefinition", "Deployment", "PriorityClass"},
+    "kueue.yaml": {"CustomResourceDefinition", "Deployment", "ClusterQueue", "LocalQueue", "ResourceFlavor"},
+    "nvidia-dra-driver-gpu.yaml": {"CustomResourceDefinition", "DeviceClass", "DaemonSet"},
+    "prometheus-adapter.yaml": {"Deployment", "APIService"},
+    "gpu-alerts.yaml": {"Namespace", "PrometheusRule", "ServiceMonitor"},
+    "kube-prometheus-stack.yaml": {"Namespace"},
+}
+
+
+def run(*args: object) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def helm_engine() -> None:
+    pytest.importorskip("helm_python", reason="helm-python-sdk renders the charts: pip install -e '.[test]'")
+
+
+@pytest.fixture
+def charts(helm_engine: None) -> Path:
+    return upstream_dir() / "charts"
+
+
+def docs(path: Path) -> list[dict[str, object]]:
+    return [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+def kinds(path: Path) -> list[str]:
+    return [str(d["kind"]) for d in docs(path)]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_builtin_api_versions_are_kubernetes_validates() -> None:
+    """The product's static list (no kubernetes-validate at run time) is what the tests derive."""
+    shipped = set(manifests.builtin_api_versions(KUBERNETES))
+    group_versions = {v for v in shipped if not v.rsplit("/", 1)[-1][:1].isupper()}  # not .../Kind
+    assert group_versions == set(builtin_api_versions(KUBERNETES))
+    assert "discovery.k8s.io/v1/EndpointSlice" in shipped  # kube-prometheus-stack asks for the kind
+    assert manifests.builtin_api_versions("1.99.0") == manifests.builtin_api_versions("1.37.0")
+    assert manifests.builtin_api_versions("1.10.0") == manifests.builtin_api_versions("1.28.0")
+
+
+def test_sample_writes_the_gpu_operator_in_apply_order(charts: Path, tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    result = run("plan", SAMPLE, "--manifests", out, "--charts", charts)
+    assert result.exit_code == 0, result.output
+    assert "gpu-operator.yaml" in result.output
+    assert sorted(p.name for p in out.glob("*.yaml")) == ["gpu-operator.yaml"]
+    found = kinds(out / "gpu-operator.yaml")
+    assert found[0] == "Namespace"  # gpubring's namespace, then the chart's crds/, then its templates
+    assert found[1] == "CustomResourceDefinition"
+    assert found.index("ServiceAccount") < found.index("ClusterRole") < found.index("DaemonSet")
+    assert found[-1] == "ClusterPolicy"  # a kind Helm does not know goes last
+    assert all(found[i] == "CustomResourceDefinition" for i in range(1, found.index("ServiceAccount")))
+    policy = next(d for d in docs(out / "gpu-operator.yaml") if d["kind"] == "ClusterPolicy")
+    assert policy["spec"]["driver"]["enabled"] is False  # type: ignore[index]  # the sample's values
+    # Values can hold secrets: the folder is 0700, every file 0600.
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o600}
+
+
+def test_all_on_writes_every_release_and_twice_the_same_bytes(charts: Path, tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    first = run("plan", ALL_ON, "--manifests", out, "--charts", charts)
+    assert first.exit_code == 0, first.output
+    assert sorted(p.name for p in out.glob("*.yaml")) == sorted(ALL_ON_KINDS)
+    for name, expected in ALL_ON_KINDS.items():
+        assert expected <= set(kinds(out / name)), name
+    # kube-prometheus-stack's upstream copy lacks its subcharts: named, with them, and only its namespace.
+    text = " ".join(first.output.split())
+    assert "kube-prometheus-stack 79.1.0: kube-prometheus-stack-79.1.0 lacks the subcharts" in text
+    assert "grafana" in text
+    assert "chart NOT rendered" in (out / "kube-prometheus-stack.yaml").read_text(encoding="utf-8")
+    # The DRA chart_path of all-on is not there: said, and rendered from --charts.
+    assert "dra_driver_chart_path names" in text
+    before = snapshot(out)
+    second = run("plan", ALL_ON, "--manifests", out, "--charts", charts)
+    assert second.exit_code == 0, second.output
+    assert snapshot(out) == before
+
+
+def test_missing_chart_is_named_and_gpubrings_objects_are_written(helm_engine: None, tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    result = run("plan", ALL_ON, "--manifests", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "kueue 0.14.2: no local chart (set schedulers_kueue_chart_path, or --charts DIR)" in text
+    assert "gpu-operator v25.10.0: no local chart (set gpu_operator_chart_path, or --charts DIR)" in text
+    kueue = out / "kueue.yaml"
+    assert "chart NOT rendered: kueue 0.14.2: no local chart" in kueue.read_text(encoding="utf-8")
+    assert {"Namespace", "ClusterQueue", "LocalQueue", "ResourceFlavor"} <= set(kinds(kueue))
+    assert "CustomResourceDefinition" not in kinds(kueue)
+
+
+def test_inventory_chart_cache_and_stale_files(charts: Path, tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory"
+    shutil.copytree(ALL_ON, inventory)
+    cache = inventory / ".gpubring" / "charts"
+    cache.mkdir(parents=True)
+    (cache / "kueue-0.14.2").symlink_to(charts / "kueue-0.14.2")
+    out = tmp_path / "manifests"
+    out.mkdir()
+    (out / "unrelated.yaml").write_text("kept: true\n", encoding="utf-8")
+    (out / manifests.INDEX).write_text(json.dumps({"files": ["gone.yaml"]}), encoding="utf-8")
+    (out / "gone.yaml").write_text("{}\n", encoding="utf-8")
+    result = run("plan", inventory, "--manifests", out)
+    assert result.exit_code == 0, result.output
+    assert "of kueue 0.14.2 from INVENTORY/.gpubring/charts" in " ".join(result.output.split())
+    assert "CustomResourceDefinition" in kinds(out / "kueue.yaml")
+    assert not (out / "gone.yaml").exists()  # written by an earlier run, by no release now
+    assert (out / "unrelated.yaml").exists()  # never written by gpubring: left alone
+
+
+def test_manifests_dir_that_is_a_file_is_exit_2(helm_engine: None, tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("", encoding="utf-8")
+    result = run("plan", SAMPLE, "--manifests", target)
+    assert result.exit_code == 2
+    assert "exists and is not a folder" in result.output
+
+
+def test_charts_without_manifests_is_exit_2(tmp_path: Path) -> None:
+    result = run("plan", SAMPLE, "--charts", tmp_path)
+    assert result.exit_code == 2
+    assert "--charts is read only with --manifests" in result.output
+
+
+def test_without_the_render_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "helm_python", None)  # `import helm_python` raises ImportError
+    result = run("plan", SAMPLE, "--manifests", tmp_path / "out")
+    assert result.exit_code == 2
+    assert "pip install 'gpubring[render]'" in result.output
+    assert not (tmp_path / "out").exists()
+    plain = run("plan", SAMPLE)
+    assert plain.exit_code == 0, plain.output
+    assert "gpu-operator" in plain.output
+
+
+def test_plan_without_manifests_never_imports_helm_python() -> None:
+    code = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from gpubring.app import app\n"
+        f"result = CliRunner().invoke(app, ['plan', {str(SAMPLE)!r}])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print('helm_python' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip().splitlines()[-1] == "False"
