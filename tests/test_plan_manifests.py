@@ -125,9 +125,16 @@ def test_missing_chart_is_named_and_gpubrings_objects_are_written(helm_engine: N
     assert "CustomResourceDefinition" not in kinds(kueue)
 
 
-def test_inventory_chart_cache_and_stale_files(charts: Path, tmp_path: Path) -> None:
+def test_chart_path_tgz_inventory_cache_and_stale_files(charts: Path, tmp_path: Path) -> None:
+    import helm_python
+
     inventory = tmp_path / "inventory"
     shutil.copytree(ALL_ON, inventory)
+    # all-on's dra_driver_chart_path: charts/nvidia-dra-driver-gpu-25.8.0.tgz, a packaged chart.
+    (inventory / "charts").mkdir()
+    with helm_python.Chart.load(str(charts / "nvidia-dra-driver-gpu-25.8.0")) as dra:
+        packaged = Path(dra.save(str(inventory / "charts")))
+    assert packaged.name == "nvidia-dra-driver-gpu-25.8.0.tgz"
     cache = inventory / ".gpubring" / "charts"
     cache.mkdir(parents=True)
     (cache / "kueue-0.14.2").symlink_to(charts / "kueue-0.14.2")
@@ -138,7 +145,11 @@ def test_inventory_chart_cache_and_stale_files(charts: Path, tmp_path: Path) -> 
     (out / "gone.yaml").write_text("{}\n", encoding="utf-8")
     result = run("plan", inventory, "--manifests", out)
     assert result.exit_code == 0, result.output
-    assert "of kueue 0.14.2 from INVENTORY/.gpubring/charts" in " ".join(result.output.split())
+    text = " ".join(result.output.split())
+    assert "of kueue 0.14.2 from INVENTORY/.gpubring/charts" in text
+    assert "of nvidia-dra-driver-gpu 25.8.0 from dra_driver_chart_path" in text
+    assert "DeviceClass" in kinds(out / "nvidia-dra-driver-gpu.yaml")
+    assert "gpu-operator v25.10.0: no local chart" in text  # in neither place
     assert "CustomResourceDefinition" in kinds(out / "kueue.yaml")
     assert not (out / "gone.yaml").exists()  # written by an earlier run, by no release now
     assert (out / "unrelated.yaml").exists()  # never written by gpubring: left alone
