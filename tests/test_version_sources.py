@@ -1,0 +1,172 @@
+"""versions.yml against its upstreams: every rule cites where the upstream says so, the default matrix
+passes every rule for every combination of the settings that turn rules on, and the pinned Kubernetes
+version satisfies the `kubeVersion` of every pinned chart in $GPUBRING_UPSTREAM_DIR/charts."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.version import Version
+
+from gpubring import paths, versions
+from upstream import PINNED_FOLDERS, upstream_dir
+
+PINNED, RULES = versions.load_file()
+KUBERNETES = str(PINNED["kubernetes"]["version"])
+
+# A tag or version in a source: "v1.14.4", "at 25.8.0", "gpu-operator-v25.10", "v1.18.x".
+_TAG = re.compile(r"\bv?\d+\.\d+(\.(\d+|x))?\b")
+
+
+# Every rule names its source ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_rule_names_its_source_with_a_tag(rule: versions.Rule) -> None:
+    assert rule.source.strip(), f'{rule.id}: add `source:` ("<document> at <tag>: <what it says>")'
+    assert _TAG.search(rule.source), f"{rule.id}: its source names no tag or version: {rule.source!r}"
+
+
+def test_every_kubernetes_range_pin_has_a_rule() -> None:
+    """A kubernetes_min/max pin that no rule reads would be a range nobody checks."""
+    read = {
+        ref
+        for rule in RULES
+        for req in rule.require
+        for ref in (req.min_path, req.max_path, req.same_major_as, req.equal)
+        if ref
+    }
+    ranges = [path for path, _ in versions.flatten(PINNED) if re.search(r"kubernetes_m(in|ax)$", path)]
+    assert ranges
+    assert [p for p in ranges if p not in read] == []
+
+
+# The default matrix passes every rule in every combination of `when` settings ----------------------
+
+
+def _setting_values() -> dict[str, list[Any]]:
+    """Each `when` setting with the values it can take: both for a boolean, else the values the rules
+    name plus one no rule names (another CNI, say)."""
+    values: dict[str, list[Any]] = {}
+    for rule in RULES:
+        for key, want in rule.when.items():
+            values.setdefault(key, [])
+            if want not in values[key]:
+                values[key].append(want)
+    for key, seen in values.items():
+        if all(isinstance(v, bool) for v in seen):
+            values[key] = [True, False]
+        else:
+            values[key] = [*seen, "<none of the rules'>"]
+    return values
+
+
+_VALUES = _setting_values()
+_COMBINATIONS = [dict(zip(_VALUES, combo, strict=True)) for combo in itertools.product(*_VALUES.values())]
+
+
+def _combo_id(settings: dict[str, Any]) -> str:
+    return (
+        ",".join(
+            k if v is True else f"{k}={v}"
+            for k, v in settings.items()
+            if v is not False and "<" not in str(v)
+        )
+        or "all-off"
+    )
+
+
+@pytest.mark.parametrize("settings", _COMBINATIONS, ids=[_combo_id(s) for s in _COMBINATIONS])
+def test_default_matrix_passes_every_rule(settings: dict[str, Any]) -> None:
+    results = versions.evaluate_rules(PINNED, settings, RULES)
+    assert [f"{r.id}: {r.detail}" for r in results if not r.ok] == []
+
+
+def test_every_rule_applies_in_some_combination() -> None:
+    applied = {r.id for s in _COMBINATIONS for r in versions.evaluate_rules(PINNED, s, RULES) if r.applicable}
+    assert applied == {r.id for r in RULES}
+
+
+def test_setting_names_exist() -> None:
+    """A `when` on a misspelled setting never applies: every key must be a real input."""
+    root = paths.versions_file().parent
+    declared: set[str] = set(yaml.safe_load((root / "settings.yml").read_text())["options"])
+    for spec in (root / "roles").glob("*/meta/argument_specs.yml"):
+        for entry in (yaml.safe_load(spec.read_text()) or {}).get("argument_specs", {}).values():
+            declared.update((entry or {}).get("options", {}))
+    assert sorted(k for k in _VALUES if k not in declared) == []
+
+
+# The pinned Kubernetes version against each pinned chart's kubeVersion ------------------------------
+
+
+def satisfies(version: str, constraint: str) -> bool:
+    """A release version against a Helm (Masterminds semver) constraint: `||` between alternatives,
+    commas or spaces between comparisons that must all hold. A `-0` pre-release bound (">= 1.21.0-0")
+    only admits pre-releases too, so for a release version it compares as the release."""
+    have = Version(version.lstrip("vV"))
+    for alternative in constraint.split("||"):
+        parts = re.findall(r"(>=|<=|!=|>|<|=)?\s*v?(\d+(?:\.\d+){0,2})(?:-[0-9A-Za-z.]+)?", alternative)
+        if not parts:
+            raise ValueError(f"no comparison in {constraint!r}")
+        ok = True
+        for op, bound in parts:
+            want = Version(bound)
+            ok = (
+                ok
+                and {
+                    ">=": have >= want,
+                    "<=": have <= want,
+                    ">": have > want,
+                    "<": have < want,
+                    "!=": have != want,
+                    "=": have == want,
+                    "": have == want,
+                }[op]
+            )
+        if ok:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("version", "constraint", "expected"),
+    [
+        ("1.34.2", ">= 1.21.0-0", True),
+        ("1.34.2", ">=1.32.0-0", True),
+        ("1.31.9", ">=1.32.0-0", False),
+        ("1.34.2", ">= 1.21.0", True),
+        ("1.34.2", ">=1.25.0-0 <1.34.0-0", False),
+        ("1.33.1", ">=1.25.0-0, <1.34.0-0", True),
+        ("1.34.2", "<1.30.0 || >=1.34.0", True),
+    ],
+)
+def test_satisfies(version: str, constraint: str, expected: bool) -> None:
+    assert satisfies(version, constraint) is expected
+
+
+_CHARTS = [(pin, pattern.format(versions.get_path(PINNED, pin))) for pin, pattern in PINNED_FOLDERS]
+
+
+@pytest.mark.parametrize(("pin", "folder"), _CHARTS, ids=[f for _, f in _CHARTS])
+def test_pinned_kubernetes_fits_the_charts_kube_version(pin: str, folder: str) -> None:
+    root: Path = upstream_dir() / "charts" / folder
+    if not root.is_dir():
+        pytest.skip(f"no chart for the pin {pin} at {root}: add charts/{folder} (see charts/SOURCES.md)")
+    if not (root / "Chart.yaml").is_file():
+        pytest.skip(f"{folder} has no Chart.yaml (a manifest or CRDs, not a chart): no kubeVersion to check")
+    # The chart's own Chart.yaml and its subcharts' (Helm checks the chart's; a subchart's is a claim too).
+    constraints = {
+        str(chart.relative_to(root)): str(constraint)
+        for chart in sorted(root.rglob("Chart.yaml"))
+        if (constraint := (yaml.safe_load(chart.read_text()) or {}).get("kubeVersion"))
+    }
+    if not constraints:
+        pytest.skip(f"{folder}/Chart.yaml sets no kubeVersion")
+    outside = {f"{folder}/{k}": v for k, v in constraints.items() if not satisfies(KUBERNETES, v)}
+    assert outside == {}, f"kubernetes.version {KUBERNETES} is outside these kubeVersion constraints"
