@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpubring import paths, specs
+from gpubring import paths, specs, yamlfile
 from gpubring.inventory import load_inventory
 from gpubring.phases import plan_phases
 
@@ -133,7 +133,7 @@ def entries(root: Path) -> Iterator[Entry]:
     for path in sorted((root / "group_vars").rglob("*.yml")):
         rel = path.relative_to(root).as_posix()
         lines = path.read_text(encoding="utf-8").splitlines()
-        data = yaml.load("\n".join(lines), Loader=specs.SafeLoader) or {}  # reads !vault and !unsafe too
+        data = yamlfile.load("\n".join(lines), rel) or {}  # reads !vault and !unsafe too
         for i, line in enumerate(lines):
             m = KEY_LINE.match(line)
             if not m:

@@ -20,13 +20,12 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
-import yaml
 
-from gpubring import specs, versions
+from gpubring import specs, versions, yamlfile
 from gpubring.exitcodes import ExitCode
 from gpubring.phases import PHASES
-from gpubring.specs import Problem, SafeLoader, did_you_mean
 from gpubring.versions import RuleResult
+from gpubring.yamlfile import Problem, did_you_mean
 
 __all__ = ["Host", "Inventory", "InventoryError", "Problem", "VarLayer", "load_inventory", "load_or_exit"]
 
@@ -150,26 +149,12 @@ class _Loader:
     def read_yaml(self, path: Path) -> tuple[bool, Any]:
         rel = self.rel(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except IsADirectoryError:
-            self.add(rel, "file", "expected a file, found a folder")
-            return False, None
-        except UnicodeDecodeError:
-            self.add(rel, "file", "expected UTF-8 text, the file cannot be decoded")
-            return False, None
-        except OSError as exc:
-            self.add(rel, "file", f"expected a readable file ({exc.strerror or exc})")
-            return False, None
-        if text.startswith("$ANSIBLE_VAULT;"):
-            return True, None  # a vault-encrypted file: only Ansible can read it
-        try:
-            return True, yaml.load(text, Loader=SafeLoader)
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark
-            where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "file"
-            self.add(rel, where, f"expected valid YAML ({exc.problem or exc})")
-        except yaml.YAMLError as exc:
-            self.add(rel, "file", f"expected valid YAML ({exc})")
+            text = yamlfile.read_text(path, rel)
+            if text.startswith("$ANSIBLE_VAULT;"):
+                return True, None  # a vault-encrypted file: only Ansible can read it
+            return True, yamlfile.load(text, rel)
+        except yamlfile.YamlError as exc:
+            self.problems.append(exc.problem)
         return False, None
 
     def locate(self) -> bool:

@@ -15,10 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from gpubring import paths
-from gpubring.specs import SafeLoader
+from gpubring import paths, yamlfile
 
 if TYPE_CHECKING:
     from gpubring.inventory import Inventory
@@ -79,9 +76,11 @@ def read_playbook(path: Path, _seen: frozenset[Path] = frozenset()) -> tuple[Pla
     if path in _seen:
         raise PlaybookError(f"{path}: import_playbook loops back to this file")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise PlaybookError(f"{path}: cannot be read as YAML ({exc.__class__.__name__})") from None
+        data = yamlfile.read(path, str(path))
+    except yamlfile.YamlError as exc:
+        raise PlaybookError(
+            f"{path}: cannot be read as YAML ({exc.problem.key}: {exc.problem.expected})"
+        ) from None
     if not isinstance(data, list):
         raise PlaybookError(f"{path}: expected a list of plays")
     plays: list[PlaySpec] = []

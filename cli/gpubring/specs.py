@@ -17,60 +17,25 @@ Cross-field checks register with `register_validator`; modules in the package
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import pkgutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from gpubring import paths, yamlfile
+from gpubring.yamlfile import Opaque, Problem, did_you_mean
 
-from gpubring import paths
+__all__ = ["Opaque", "Problem", "Spec", "SpecTable", "did_you_mean", "load_specs", "register_validator"]
 
 if TYPE_CHECKING:
     from gpubring.inventory import Inventory
-
-_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class Opaque(str):
-    """A value only Ansible can read (`!vault` ciphertext, `!unsafe` text): never type-checked."""
-
-    __slots__ = ("tag",)
-    tag: str
-
-
-class SafeLoader(_BaseLoader):  # type: ignore[misc,valid-type]
-    """PyYAML's safe loader (libyaml when present) that also reads Ansible's `!vault` and `!unsafe`."""
-
-
-def _opaque(loader: yaml.SafeLoader, node: yaml.Node) -> Opaque:
-    value = Opaque(loader.construct_scalar(node) if isinstance(node, yaml.ScalarNode) else "")
-    value.tag = node.tag
-    return value
-
-
-for _tag in ("!vault", "!unsafe"):
-    SafeLoader.add_constructor(_tag, _opaque)
 
 TYPES = ("str", "int", "float", "bool", "list", "dict", "path", "raw")
 # Ansible's other argument-spec types are accepted and not checked further.
 _LOOSE_TYPES = {"jsonarg": "raw", "json": "raw", "bytes": "raw", "bits": "raw", "sid": "raw"}
 _BOOL_STRINGS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
-
-
-@dataclass(frozen=True, order=True)
-class Problem:
-    """One thing wrong with the input: the file, the key path in it and what was expected."""
-
-    file: str
-    key: str
-    expected: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.expected}"
 
 
 @dataclass(frozen=True)
@@ -127,11 +92,6 @@ class SpecTable:
         return f"unknown key, expected one declared in {where}{did_you_mean(key, pool)}"
 
 
-def did_you_mean(word: str, pool: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(pool), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
-
-
 def _parse_spec(name: str, raw: Any, source: str) -> Spec:
     if not isinstance(raw, Mapping):
         raw = {}
@@ -174,13 +134,9 @@ def _parse_options(options: Mapping[Any, Any], source: str) -> dict[str, Spec]:
 
 def _read_yaml(file: Path, rel: str, problems: list[Problem]) -> Any:
     try:
-        return yaml.load(file.read_text(encoding="utf-8"), Loader=SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "file"
-        problems.append(Problem(rel, where, f"expected valid YAML ({exc.problem or exc})"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        problems.append(Problem(rel, "file", f"expected readable YAML ({exc})"))
+        return yamlfile.read(file, rel)
+    except yamlfile.YamlError as exc:
+        problems.append(exc.problem)
     return None
 
 

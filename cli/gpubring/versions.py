@@ -15,11 +15,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from packaging.version import InvalidVersion, Version
 
-from gpubring import paths
-from gpubring.specs import Problem, SafeLoader, did_you_mean
+from gpubring import paths, yamlfile
+from gpubring.yamlfile import Problem, did_you_mean
 
 VERSIONS_KEY = "gpubring_versions"
 RULES_KEY = "gpubring_version_rules"
@@ -107,9 +106,9 @@ def load_rules(file: Path | None = None) -> tuple[Rule, ...]:
 def _parse_file(file: Path) -> tuple[dict[str, Any], tuple[Rule, ...]]:
     name = "versions.yml"
     try:
-        data = yaml.load(file.read_text(encoding="utf-8"), Loader=SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise VersionsFileError([Problem(name, "file", f"expected readable YAML ({exc})")]) from None
+        data = yamlfile.read(file, name)
+    except yamlfile.YamlError as exc:
+        raise VersionsFileError([exc.problem]) from None
     if not isinstance(data, Mapping) or not isinstance(data.get(VERSIONS_KEY), Mapping):
         raise VersionsFileError([Problem(name, VERSIONS_KEY, "expected a mapping of pins")])
     pinned: dict[str, Any] = dict(data[VERSIONS_KEY])
