@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from gpubring import paths, report, runstore
+from gpubring import paths, report, runstore, yamlfile
 from gpubring.events import (
     Cancelled,
     Event,
@@ -94,11 +94,16 @@ def parse_extra_vars(args: Sequence[str], base: Path | None = None) -> tuple[Ext
             sources.append(_extra_vars_file(Path(text[1:]).expanduser(), base))
         elif text.startswith("{"):
             try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise ExtraVarsError(f"-e {_shorten(text)}: not a valid JSON/YAML mapping ({exc})") from None
+                data = yamlfile.load(text, "-e")
+            except yamlfile.YamlError as exc:
+                where = exc.problem.key
+                raise ExtraVarsError(
+                    f"-e {_shorten(text)}: not a valid JSON/YAML mapping ({where}: {exc.problem.expected})"
+                ) from None
             if not isinstance(data, dict):
                 raise ExtraVarsError(f"-e {_shorten(text)}: expected a mapping")
+            if _has_opaque(data):
+                raise ExtraVarsError(f"-e {_shorten(text)}: expected no !vault or !unsafe value; use @file")
             sources.append(data)
         else:
             sources.append(_key_values(text))
@@ -141,18 +146,26 @@ def _extra_vars_file(path: Path, base: Path | None) -> ExtraVarsSource:
     if text.lstrip().startswith("$ANSIBLE_VAULT;"):
         return path.resolve()
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        raise ExtraVarsError(f"-e @{path}: invalid YAML/JSON{where}") from None
+        data = yamlfile.load(text, f"-e @{path}")
+    except yamlfile.YamlError as exc:
+        where = "" if exc.problem.key == "file" else f" at {exc.problem.key}"
+        why = "" if exc.problem.expected.startswith("expected valid YAML") else f": {exc.problem.expected}"
+        raise ExtraVarsError(f"-e @{path}: invalid YAML/JSON{where}{why}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ExtraVarsError(f"-e @{path}: expected a mapping of variables, found {type(data).__name__}")
+    if _has_opaque(data):
+        return path.resolve()  # a !vault or !unsafe value: ansible reads the file itself
     return data
+
+
+def _has_opaque(data: Any) -> bool:
+    if isinstance(data, yamlfile.Opaque):
+        return True
+    if isinstance(data, dict):
+        return any(_has_opaque(v) for v in data.values())
+    return isinstance(data, list) and any(_has_opaque(v) for v in data)
 
 
 def extra_var_names(sources: Sequence[ExtraVarsSource]) -> list[str]:
