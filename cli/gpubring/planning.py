@@ -18,10 +18,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpubring import paths, versions
+from gpubring import paths, versions, yamlfile
 from gpubring.inventory import Inventory, InventoryError
 from gpubring.phases import PhasePlan, PlaybookError, plan_phases
-from gpubring.specs import Problem
+from gpubring.yamlfile import Problem
 
 NO_RELEASES = "no Helm releases defined yet"
 RUN_TIME = "rendered at run time"
@@ -86,10 +86,9 @@ class HostSource:
 
 def _role_defaults(role: str) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(
-            (paths.roles_dir() / role / "defaults" / "main.yml").read_text(encoding="utf-8")
-        )
-    except (OSError, yaml.YAMLError):
+        rel = f"roles/{role}/defaults/main.yml"
+        data = yamlfile.read(paths.roles_dir().parent / rel, rel)
+    except yamlfile.YamlError:
         return {}
     return dict(data) if isinstance(data, Mapping) else {}
 
