@@ -15,14 +15,14 @@ import difflib
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 import typer
 
-from gpubring import specs, versions, yamlfile
+from gpubring import specs, validators, versions, yamlfile
 from gpubring.exitcodes import ExitCode
+from gpubring.model import Host, Inventory, InventoryError, VarLayer
 from gpubring.phases import PHASES
 from gpubring.versions import RuleResult
 from gpubring.yamlfile import Problem, did_you_mean
@@ -36,58 +36,6 @@ GROUP_KEYS = ("hosts", "vars", "children")
 KNOWN_GROUPS = ("all", "ungrouped", "control_plane", "gpu_nodes", "cpu_nodes")
 _RANGE = re.compile(r"\[[^\]]*:[^\]]*\]")
 _HOST_PORT = re.compile(r"^((?:[^:\[\]]|\[[^\]]*\])+):(\d+)$")
-
-
-class InventoryError(Exception):
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("\n".join(map(str, problems)))
-        self.problems = problems
-
-
-@dataclass(frozen=True)
-class VarLayer:
-    """Variables from one place: the file (relative to the inventory), the key path prefix in it."""
-
-    file: str
-    prefix: str
-    vars: Mapping[str, Any]
-
-    def key_path(self, key: str) -> str:
-        return f"{self.prefix}.{key}" if self.prefix else key
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    address: str
-    port: int
-    user: str | None
-    groups: tuple[str, ...]
-    vars: Mapping[str, Any]
-    layers: tuple[VarLayer, ...] = field(default=(), repr=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Inventory:
-    root: Path
-    hosts_file: Path
-    hosts: dict[str, Host]
-    groups: dict[str, tuple[str, ...]]
-    settings: dict[str, Any]
-    versions: dict[str, Any]
-    phases: tuple[str, ...]
-    phases_skipped_reason: str
-    overridden: tuple[str, ...] = ()
-    phases_check_only: tuple[str, ...] = ()
-    rule_results: tuple[RuleResult, ...] = ()
-    version_problems: tuple[Problem, ...] = ()
-
-    def origin(self, host: str, key: str) -> tuple[str, str] | None:
-        """(file, key path) of the place that set `key` for `host`, or None when nothing did."""
-        for layer in reversed(self.hosts[host].layers):
-            if key in layer.vars:
-                return layer.file, layer.key_path(key)
-        return None
 
 
 def expand_host_range(pattern: str) -> list[str]:
@@ -507,7 +455,7 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
         version_problems=tuple(rule_problems),
     )
     if not ld.problems:  # cross-field checks may rely on well-typed values
-        for validator in specs.validators():
+        for validator in validators.registered():
             ld.problems.extend(validator(inv))
     problems = list(dict.fromkeys(ld.problems + (rule_problems if check_rules else [])))
     if problems:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpubring import paths, yamlfile
 
 if TYPE_CHECKING:
-    from gpubring.inventory import Inventory
+    from gpubring.model import Inventory
 
 PHASES = ("preflight", "host", "cluster", "platform", "verify")
 

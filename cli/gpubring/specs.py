@@ -11,15 +11,12 @@ Known keys come from three places, read at run time so that roles gain inputs wi
 A key named `gpubring_*`, or `<role>_*` for a role that exists, that no source declares is a typo:
 it is reported with a did-you-mean. Every other key (ansible_*, the user's own) passes.
 
-Cross-field checks register with `register_validator`; modules in the package
-`gpubring.validators` are imported before validation, so a role's check lives there.
+Cross-field checks live in the package gpubring.validators.
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from gpubring import paths, yamlfile
 from gpubring.yamlfile import Opaque, Problem, did_you_mean
 
-__all__ = ["Opaque", "Problem", "Spec", "SpecTable", "did_you_mean", "load_specs", "register_validator"]
+__all__ = ["Opaque", "Problem", "Spec", "SpecTable", "did_you_mean", "load_specs"]
 
 if TYPE_CHECKING:
-    from gpubring.inventory import Inventory
+    pass
 
 TYPES = ("str", "int", "float", "bool", "list", "dict", "path", "raw")
 # Ansible's other argument-spec types are accepted and not checked further.
@@ -312,30 +309,3 @@ def check_key(table: SpecTable, key: str, value: Any, path: str) -> list[tuple[s
         return [(path, unknown)]
     spec = table.keys.get(key)
     return check_value(spec, value, path) if spec is not None else []
-
-
-# Cross-field checks ------------------------------------------------------------------------------
-
-Validator = Callable[["Inventory"], list[Problem]]
-VALIDATORS: list[Validator] = []
-
-
-def register_validator(func: Validator) -> Validator:
-    """Decorator: run `func(inventory) -> list[Problem]` after the per-key checks of every load."""
-    if func not in VALIDATORS:
-        VALIDATORS.append(func)
-    return func
-
-
-_DISCOVERED = False
-
-
-def validators() -> list[Validator]:
-    """Every registered validator, after importing the modules of the package gpubring.validators."""
-    global _DISCOVERED  # noqa: PLW0603 - import the plug-in modules once per process
-    if not _DISCOVERED:
-        _DISCOVERED = True
-        package = importlib.import_module("gpubring.validators")
-        for info in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"gpubring.validators.{info.name}")
-    return list(VALIDATORS)

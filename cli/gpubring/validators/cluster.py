@@ -14,20 +14,21 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpubring import specs
+from gpubring.validators import register_validator
+from gpubring.yamlfile import Problem
 
 if TYPE_CHECKING:
-    from gpubring.inventory import Inventory
+    from gpubring.model import Inventory
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-@specs.register_validator
-def node_names(inv: Inventory) -> list[specs.Problem]:
+@register_validator
+def node_names(inv: Inventory) -> list[Problem]:
     """Every inventory name must be usable as a Kubernetes node name."""
     file = inv.hosts_file.name
     return [
-        specs.Problem(
+        Problem(
             file,
             name,
             "a host name that is also a Kubernetes node name: lower-case letters, digits, '-' and '.', "

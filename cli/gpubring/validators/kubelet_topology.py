@@ -18,9 +18,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from gpubring import paths, specs
+from gpubring.validators import register_validator
+from gpubring.yamlfile import Problem
 
 if TYPE_CHECKING:
-    from gpubring.inventory import Inventory
+    from gpubring.model import Inventory
 
 ROLE = "kubelet_topology"
 KEYS = {
@@ -76,11 +78,11 @@ def host_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
     return [(KEYS["reserved_memory"], problem) for problem in problems]
 
 
-@specs.register_validator
-def reserved_memory_adds_up(inv: Inventory) -> list[specs.Problem]:
+@register_validator
+def reserved_memory_adds_up(inv: Inventory) -> list[Problem]:
     """An explicit reservedMemory must add up to kube-reserved + system-reserved + eviction (Static)."""
     defaults: dict[str, Any] | None = None
-    out: list[specs.Problem] = []
+    out: list[Problem] = []
     for name, host in inv.hosts.items():
         if not any(key in host.vars for key in KEYS.values()):
             continue  # the role's defaults add up by construction
@@ -91,7 +93,7 @@ def reserved_memory_adds_up(inv: Inventory) -> list[specs.Problem]:
             origins = [inv.origin(name, k) for k in (key, *KEYS.values())]
             file, path = next((o for o in origins if o is not None), (inv.hosts_file.name, key))
             out.append(
-                specs.Problem(
+                Problem(
                     file,
                     path,
                     f"expected settings the kubelet's Static memory manager accepts: {sentence}",

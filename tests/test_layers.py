@@ -1,0 +1,90 @@
+"""The layers of cli/gpubring: the modules below commands/ import one another without a cycle (every
+`import`/`from gpubring ...` counts, inside functions and under TYPE_CHECKING too), and the leaf
+modules import nothing from gpubring."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "cli" / "gpubring"
+LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events")
+
+
+def module_name(path: Path) -> str:
+    parts = ("gpubring", *path.relative_to(PACKAGE).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(name: str) -> bool:
+    rel = Path(*name.split(".")[1:])
+    return (PACKAGE / rel).with_suffix(".py").is_file() or (PACKAGE / rel / "__init__.py").is_file()
+
+
+def imported(path: Path) -> Iterator[str]:
+    """The gpubring modules a file imports, anywhere in it."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("gpubring"))
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 0
+            and (node.module or "").startswith("gpubring")
+        ):
+            module = str(node.module)
+            submodules = [f"{module}.{a.name}" for a in node.names if is_module(f"{module}.{a.name}")]
+            yield from submodules if len(submodules) == len(node.names) else [module, *submodules]
+
+
+@cache
+def graph() -> dict[str, frozenset[str]]:
+    """Module -> the modules it imports, for cli/gpubring without the command layer (commands/)."""
+    out: dict[str, frozenset[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if name.startswith("gpubring.commands"):
+            continue
+        deps = {d for d in imported(path) if not d.startswith("gpubring.commands") and d != name}
+        out[name] = frozenset(d for d in deps if d != "gpubring")
+    return out
+
+
+def find_cycle(edges: dict[str, frozenset[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(edges.get(node, ())):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_modules_below_commands_import_without_a_cycle() -> None:
+    cycle = find_cycle(dict(graph()))
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    edges = {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}
+    assert find_cycle(edges) == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_leaf_imports_nothing_from_gpubring(leaf: str) -> None:
+    assert graph()[leaf] == frozenset(), graph()[leaf]
