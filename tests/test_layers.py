@@ -88,3 +88,56 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 @pytest.mark.parametrize("leaf", LEAVES)
 def test_leaf_imports_nothing_from_gpubring(leaf: str) -> None:
     assert graph()[leaf] == frozenset(), graph()[leaf]
+
+
+# Output and exits belong to the command layer (commands/, app.py) and the output layer (view.py).
+# Still to move: options.py (the shared typer options of up and node) and planning.py's rich
+# rendering of the plan.
+OUTPUT_ALLOWED = (
+    "gpubring.app",
+    "gpubring.view",
+    "gpubring.options",
+    "gpubring.planning",
+    "gpubring.__main__",
+)
+
+
+def output_uses(path: Path) -> list[str]:
+    """typer or rich imported (but for type hints), print() called, sys.exit or SystemExit used."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    hints = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+        for inner in ast.walk(node)
+    }
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if id(node) in hints:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        found += [f"{node.lineno}: import {n}" for n in names if n.split(".")[0] in ("typer", "rich")]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{node.lineno}: print()")
+        if isinstance(node, ast.Attribute) and node.attr == "exit" and getattr(node.value, "id", "") == "sys":
+            found.append(f"{node.lineno}: sys.exit")
+        if isinstance(node, ast.Name) and node.id == "SystemExit":
+            found.append(f"{node.lineno}: SystemExit")
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not module_name(p).startswith("gpubring.commands") and module_name(p) not in OUTPUT_ALLOWED
+    ],
+    ids=module_name,
+)
+def test_no_output_or_exit_below_commands(path: Path) -> None:
+    assert output_uses(path) == []

@@ -16,18 +16,15 @@ import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn
-
-import typer
+from typing import Any
 
 from gpubring import specs, validators, versions, yamlfile
-from gpubring.exitcodes import ExitCode
 from gpubring.model import Host, Inventory, InventoryError, VarLayer
 from gpubring.phases import PHASES
 from gpubring.versions import RuleResult
 from gpubring.yamlfile import Problem, did_you_mean
 
-__all__ = ["Host", "Inventory", "InventoryError", "Problem", "VarLayer", "load_inventory", "load_or_exit"]
+__all__ = ["Host", "Inventory", "InventoryError", "Problem", "VarLayer", "load_inventory"]
 
 HOSTS_FILES = ("hosts.yml", "hosts.yaml")
 VAR_EXTS = ("", ".yml", ".yaml", ".json")
@@ -548,17 +545,3 @@ def _origin(host: Host, key: str) -> tuple[str, str] | None:
         if key in layer.vars:
             return layer.file, layer.key_path(key)
     return None
-
-
-def load_or_exit(path: Path, *, check_rules: bool = True) -> Inventory:
-    """For commands: the inventory, or one `error:` line per problem on stderr and exit code 2."""
-    try:
-        return load_inventory(path, check_rules=check_rules)
-    except InventoryError as exc:
-        exit_with(exc.problems)
-
-
-def exit_with(problems: list[Problem]) -> NoReturn:
-    for problem in problems:
-        typer.echo(f"error: {problem}", err=True)
-    raise typer.Exit(code=ExitCode.BAD_INPUT) from None

@@ -24,14 +24,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from gpubring import paths, report, runner, view
 from gpubring.exitcodes import ExitCode
-from gpubring.inventory import Inventory
-from gpubring.specs import did_you_mean
+from gpubring.model import Inventory
+from gpubring.yamlfile import did_you_mean
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 ACTIONS = ("add", "replace", "remove")
 ADD_PLAYBOOK = "node_add.yml"
@@ -162,7 +163,7 @@ def run_steps(
     """Run the steps in order, each with the live view and summary of `gpubring up`; stop at the
     first step that does not succeed. Returns the exit code of the last step run; `json_report` gets
     that step's report."""
-    console = console or Console(highlight=False)
+    console = console or view.console()
     mode = " (check mode)" if options.check else ""
     code = ExitCode.OK
     last: Mapping[str, Any] | None = None
@@ -182,5 +183,5 @@ def run_steps(
         try:
             report.write_copy(last, json_report)
         except OSError as exc:
-            Console(stderr=True, highlight=False).print(f"error: --json {json_report}: {exc.strerror or exc}")
+            view.error(f"--json {json_report}: {exc.strerror or exc}")
     return code

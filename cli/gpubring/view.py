@@ -37,6 +37,16 @@ HEARTBEAT_S = 30.0
 _STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "magenta", "skipped": "cyan"}
 
 
+def console() -> Console:
+    """The operator's console (stdout) as every command opens it."""
+    return Console(highlight=False)
+
+
+def error(message: str) -> None:
+    """One `error: ...` line on stderr."""
+    Console(stderr=True, highlight=False).print(f"error: {message}", markup=False)
+
+
 def skipped_lines(skipped: Sequence[tuple[str, str]], verb: str) -> list[str]:
     """One line per reason: `skipping host, cluster: not asked for (--only preflight)`."""
     by_reason: dict[str, list[str]] = {}

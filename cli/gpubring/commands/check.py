@@ -44,7 +44,7 @@ def command(
     from rich.console import Console
 
     from gpubring import probe
-    from gpubring.inventory import load_or_exit
+    from gpubring.commands._common import load_or_exit
 
     inv = load_or_exit(inventory)
     hosts = probe.select_hosts(inv, limit)

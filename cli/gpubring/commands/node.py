@@ -31,7 +31,7 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunArgs, *, force:
     """Validate, then run the steps of `action` on `nodes`."""
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
     from gpubring import nodeops, runner
-    from gpubring.inventory import load_or_exit
+    from gpubring.commands._common import load_or_exit
 
     inv = load_or_exit(inventory)
     try:

@@ -63,9 +63,10 @@ def command(
     from rich.console import Console
 
     from gpubring import planning
-    from gpubring.inventory import InventoryError, exit_with, load_or_exit
+    from gpubring.commands._common import exit_with, load_or_exit
+    from gpubring.inventory import InventoryError
     from gpubring.phases import PlaybookError
-    from gpubring.specs import Problem
+    from gpubring.yamlfile import Problem
 
     if charts is not None and manifests is None:
         _fail("--charts is read only with --manifests DIR")

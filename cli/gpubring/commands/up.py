@@ -43,7 +43,7 @@ def command(
     from rich.console import Console
 
     from gpubring import report, runner, view
-    from gpubring.inventory import load_or_exit
+    from gpubring.commands._common import load_or_exit
     from gpubring.phases import PHASES, resolve_pattern
 
     inv = load_or_exit(inventory)

@@ -26,7 +26,7 @@ def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
 
     from gpubring import planning
     from gpubring import versions as matrix
-    from gpubring.inventory import exit_with, load_or_exit
+    from gpubring.commands._common import exit_with, load_or_exit
 
     inv = load_or_exit(inventory, check_rules=False)
     console = Console()

@@ -1,0 +1,36 @@
+"""What the commands share: the bad-input exit (one `error:` line per Problem on stderr, exit code 2).
+
+The modules below commands/ raise (InventoryError, YamlError, ...) and never print or exit; the
+commands turn the problems into this exit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+
+from gpubring.exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from gpubring.model import Inventory
+    from gpubring.yamlfile import Problem
+
+
+def exit_with(problems: Iterable[Problem]) -> NoReturn:
+    """Print each problem as `error: <file>: <key>: <expected>` on stderr and exit with code 2."""
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+
+
+def load_or_exit(path: Path, *, check_rules: bool = True) -> Inventory:
+    """The inventory, or one `error:` line per problem on stderr and exit code 2."""
+    from gpubring.inventory import InventoryError, load_inventory  # not at import: `--help` stays light
+
+    try:
+        return load_inventory(path, check_rules=check_rules)
+    except InventoryError as exc:
+        exit_with(exc.problems)
