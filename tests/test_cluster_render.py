@@ -359,7 +359,7 @@ def test_several_control_planes_need_an_endpoint(inventories: dict[str, Inventor
 
 
 def test_an_inventory_name_that_is_no_node_name_is_refused(tmp_path: Path) -> None:
-    """gpubring check refuses it (gpubring.validators.cluster) before kubeadm would."""
+    """gpubring check refuses it (gpubring.validation.checks.cluster) before kubeadm would."""
     root = tmp_path / "inv"
     shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns(".gpubring", "README.md"))
     hosts = (root / "hosts.yml").read_text(encoding="utf-8")

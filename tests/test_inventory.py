@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from gpubring import specs, validators
 from gpubring.app import app
 from gpubring.inventory import InventoryError, Problem, expand_host_range, load_inventory
+from gpubring.validation import crosshost, specs
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
@@ -509,13 +509,13 @@ def test_registered_validator_problems_stop_the_load(make_inventory: MakeInvento
         assert hasattr(inv, "hosts")
         return [Problem("hosts.yml", "all.children.control_plane.hosts.cp-2", "expected another name")]
 
-    validators.register_validator(no_cp_named_cp_2)
+    crosshost.register_validator(no_cp_named_cp_2)
     try:
         assert_bad_input(
             make_inventory(), "hosts.yml: all.children.control_plane.hosts.cp-2: expected another name"
         )
     finally:
-        validators.VALIDATORS.remove(no_cp_named_cp_2)
+        crosshost.VALIDATORS.remove(no_cp_named_cp_2)
     assert load_inventory(make_inventory()).hosts
 
 

@@ -31,9 +31,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpubring import paths, specs, yamlfile
+from gpubring import paths, yamlfile
 from gpubring.inventory import load_inventory
 from gpubring.phases import plan_phases
+from gpubring.validation import specs
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "inventories" / "prod"

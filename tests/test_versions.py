@@ -12,6 +12,7 @@ from typer.testing import CliRunner, Result
 from gpubring import versions
 from gpubring.app import app
 from gpubring.inventory import InventoryError, load_inventory
+from gpubring.validation import rules
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
@@ -39,7 +40,7 @@ def test_pinned_matrix_has_every_component() -> None:
 
 
 def test_pinned_matrix_passes_every_rule_that_always_applies() -> None:
-    results = versions.evaluate_rules(versions.load_pinned(), {})
+    results = rules.evaluate_rules(versions.load_pinned(), {})
     applicable = [r for r in results if r.applicable]
     assert applicable, "some rule has no `when`"
     assert all(r.ok for r in applicable), [r.detail for r in applicable if not r.ok]
@@ -81,12 +82,12 @@ def test_effective_deep_merges_and_lists_overridden_paths() -> None:
 
 def test_check_overrides_shapes() -> None:
     pinned = versions.load_pinned()
-    problems = versions.check_overrides(pinned, {"kubernetes": "1.34", "cni": {"calico": ["3.30"]}})
+    problems = rules.check_overrides(pinned, {"kubernetes": "1.34", "cni": {"calico": ["3.30"]}})
     assert problems == [
         ("gpubring_versions.kubernetes", "expected a mapping of pins (version)"),
         ("gpubring_versions.cni.calico", 'expected a version string such as "3.30.3"'),
     ]
-    assert versions.check_overrides(pinned, ["1.34"]) == [
+    assert rules.check_overrides(pinned, ["1.34"]) == [
         ("gpubring_versions", "expected a mapping shaped like gpubring_versions in versions.yml")
     ]
 
@@ -115,14 +116,14 @@ MATRIX = {"x": {"version": "2.5.1"}, "y": {"min": "2.4", "max": "2.5"}, "z": {"v
 
 
 def test_rules_pass_fail_and_not_applicable() -> None:
-    results = {r.id: r for r in versions.evaluate_rules(MATRIX, {"a_enabled": "yes"}, RULES)}
+    results = {r.id: r for r in rules.evaluate_rules(MATRIX, {"a_enabled": "yes"}, RULES)}
     assert results["needs-a"].verdict == "pass"
     assert results["x-in-y-range"].verdict == "pass"
     assert results["x-equal-z"].verdict == "not applicable"
     assert results["x-equal-z"].detail == "applies when mode=strict"
 
     low = versions.effective(MATRIX, {"x": {"version": "1.9"}})
-    results = {r.id: r for r in versions.evaluate_rules(low, {"a_enabled": True, "mode": "strict"}, RULES)}
+    results = {r.id: r for r in rules.evaluate_rules(low, {"a_enabled": True, "mode": "strict"}, RULES)}
     assert results["needs-a"].verdict == "fail"
     assert results["needs-a"].failures[0] == versions.Failure("x.version", ">= 2", "1.9")
     assert results["x-in-y-range"].detail == "x.version 1.9 is not >= 2.4 (y.min)"
@@ -131,13 +132,13 @@ def test_rules_pass_fail_and_not_applicable() -> None:
 
 
 def test_merge_results_over_contexts() -> None:
-    on = versions.evaluate_rules(
+    on = rules.evaluate_rules(
         versions.effective(MATRIX, {"x": {"version": "1.0"}}), {"a_enabled": True}, RULES
     )
-    off = versions.evaluate_rules(
+    off = rules.evaluate_rules(
         versions.effective(MATRIX, {"x": {"version": "1.0"}}), {"a_enabled": False}, RULES
     )
-    merged = versions.merge_results([off, on])
+    merged = rules.merge_results([off, on])
     assert merged[0].verdict == "fail"
     assert merged[2].verdict == "not applicable"
 

@@ -11,16 +11,17 @@ Ansible itself is never imported here: `gpubring plan` on 1,000 nodes stays fast
 
 from __future__ import annotations
 
-import difflib
 import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gpubring import specs, validators, versions, yamlfile
+from gpubring import versions, yamlfile
 from gpubring.model import Host, Inventory, InventoryError, VarLayer
 from gpubring.phases import PHASES
+from gpubring.validation import crosshost, specs
+from gpubring.validation.rules import check_overrides, evaluate_rules, merge_results
 from gpubring.versions import RuleResult
 from gpubring.yamlfile import Problem, did_you_mean
 
@@ -260,7 +261,7 @@ class _Loader:
             for key_path, expected in specs.check_key(self.table, key, value, path):
                 self.add(layer.file, key_path, expected)
             if key == versions.VERSIONS_KEY and pinned is not None and isinstance(value, Mapping):
-                for key_path, expected in versions.check_overrides(pinned, value, path):
+                for key_path, expected in check_overrides(pinned, value, path):
                     self.add(layer.file, key_path, expected)
 
     def depth(self, group: str, seen: frozenset[str] = frozenset()) -> int:
@@ -424,7 +425,8 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
     settings = {k: s.default for k, s in ld.table.keys.items() if k.startswith("gpubring_")}
     for layer in all_layers:
         settings.update({k: v for k, v in layer.vars.items() if str(k).startswith("gpubring_")})
-    _check_structure(ld, hosts, groups)
+    cpu_groups = {"cpu_nodes"} | {g for g in ld.group_order if "cpu_nodes" in ld.ancestors(g)}
+    ld.problems.extend(crosshost.check_structure(ld.rel(ld.hosts_file), hosts, groups, ld.decl, cpu_groups))
     overrides = settings.get(versions.VERSIONS_KEY)
     overrides = overrides if isinstance(overrides, Mapping) else {}
     effective = versions.effective(pinned or {}, overrides)
@@ -452,50 +454,12 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
         version_problems=tuple(rule_problems),
     )
     if not ld.problems:  # cross-field checks may rely on well-typed values
-        for validator in validators.registered():
+        for validator in crosshost.registered():
             ld.problems.extend(validator(inv))
     problems = list(dict.fromkeys(ld.problems + (rule_problems if check_rules else [])))
     if problems:
         raise InventoryError(problems)
     return inv
-
-
-def _check_structure(ld: _Loader, hosts: Mapping[str, Host], groups: Mapping[str, tuple[str, ...]]) -> None:
-    file = ld.rel(ld.hosts_file)
-    for group, need in (("control_plane", "1 or an odd number of hosts"), ("gpu_nodes", "at least one host")):
-        members = groups.get(group)
-        if not members:
-            state = "there is none" if members is None else "it has no hosts"
-            close = difflib.get_close_matches(group, [g for g in groups if g != group], n=1, cutoff=0.8)
-            state += f" (is {close[0]} a typo of {group}?)" if members is None and close else ""
-            ld.add(file, f"all.children.{group}", f"expected a group {group} with {need}; {state}")
-    cps = groups.get("control_plane", ())
-    if cps and len(cps) % 2 == 0:
-        path = ld.decl[cps[-1]].get("control_plane") or "all.children.control_plane.hosts"
-        ld.add(
-            file,
-            path.rsplit(".hosts.", 1)[0] + ".hosts",
-            f"expected 1 or an odd number of control planes (etcd needs a majority); "
-            f"found {len(cps)}: {', '.join(cps)}",
-        )
-    cpu = set(groups.get("cpu_nodes", ()))
-    cpu_groups = {"cpu_nodes"} | {g for g in ld.group_order if "cpu_nodes" in ld.ancestors(g)}
-    for name in groups.get("gpu_nodes", ()):
-        if name in cpu:
-            path = next((p for g, p in ld.decl[name].items() if g in cpu_groups), f"cpu_nodes.hosts.{name}")
-            ld.add(file, path, "expected a host in only one of gpu_nodes and cpu_nodes; it is in both")
-    seen: dict[tuple[str, int], str] = {}
-    for host in hosts.values():
-        endpoint = (host.address, host.port)
-        if endpoint not in seen:
-            seen[endpoint] = host.name
-            continue
-        where = _origin(host, "ansible_host") or (file, next(iter(ld.decl[host.name].values())))
-        ld.add(
-            *where,
-            f"expected an address no other host uses; {host.address} port {host.port} "
-            f"is also {seen[endpoint]}'s",
-        )
 
 
 def _evaluate(  # noqa: PLR0917 - one private step of load_inventory
@@ -518,8 +482,8 @@ def _evaluate(  # noqa: PLR0917 - one private step of load_inventory
         contexts.setdefault(repr([(k, repr(ctx.get(k))) for k in when_keys]), (ctx, name))
     if not contexts:
         contexts["-"] = ({**defaults, **settings}, "")
-    per_context = [versions.evaluate_rules(effective, ctx, rules) for ctx, _ in contexts.values()]
-    results = versions.merge_results(per_context)
+    per_context = [evaluate_rules(effective, ctx, rules) for ctx, _ in contexts.values()]
+    results = merge_results(per_context)
     problems: list[Problem] = []
     for i, (rule, result) in enumerate(zip(rules, results, strict=True)):
         if result.ok:

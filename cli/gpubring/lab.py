@@ -183,8 +183,8 @@ LAB_VARS: tuple[LabVar, ...] = (
 
 def declared_variables(root: Path | None = None) -> frozenset[str]:
     """Every key that inventory validation accepts as declared: settings.yml, role argument specs and
-    defaults (gpubring.specs, the same table `gpubring check` uses)."""
-    from gpubring.specs import load_specs
+    defaults (gpubring.validation.specs, the same table `gpubring check` uses)."""
+    from gpubring.validation.specs import load_specs
 
     return frozenset(load_specs(root).keys)
 

@@ -1,7 +1,7 @@
 """The inventory as gpubring sees it once read: hosts, groups, merged variables, where each came from.
 
 Plain frozen dataclasses with no reading or checking of their own, so that the readers
-(gpubring.inventory), the checks (gpubring.specs, gpubring.validators) and the planners
+(gpubring.inventory), the checks (gpubring.validation) and the planners
 (gpubring.phases, gpubring.planning) can all name them without importing one another.
 """
 
@@ -46,6 +46,13 @@ class Host:
     vars: Mapping[str, Any]
     layers: tuple[VarLayer, ...] = field(default=(), repr=False, compare=False)
 
+    def origin(self, key: str) -> tuple[str, str] | None:
+        """(file, key path) of the place that set `key` for this host, or None when nothing did."""
+        for layer in reversed(self.layers):
+            if key in layer.vars:
+                return layer.file, layer.key_path(key)
+        return None
+
 
 @dataclass(frozen=True)
 class Inventory:
@@ -64,7 +71,4 @@ class Inventory:
 
     def origin(self, host: str, key: str) -> tuple[str, str] | None:
         """(file, key path) of the place that set `key` for `host`, or None when nothing did."""
-        for layer in reversed(self.hosts[host].layers):
-            if key in layer.vars:
-                return layer.file, layer.key_path(key)
-        return None
+        return self.hosts[host].origin(key)

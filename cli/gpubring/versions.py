@@ -10,15 +10,15 @@ they give: max "1.34" admits 1.34.x, min "580" admits 580.95.05. A leading "v" i
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 from gpubring import paths, yamlfile
-from gpubring.yamlfile import Problem, did_you_mean
+from gpubring.yamlfile import Problem
 
 VERSIONS_KEY = "gpubring_versions"
 RULES_KEY = "gpubring_version_rules"
@@ -195,40 +195,6 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
     return out
 
 
-def check_overrides(
-    pinned: Mapping[str, Any], overrides: Any, prefix: str = VERSIONS_KEY
-) -> list[tuple[str, str]]:
-    """(key path, expected) for every override that does not fit the pinned matrix's shape."""
-    if not isinstance(overrides, Mapping):
-        if prefix == VERSIONS_KEY:
-            return [(prefix, f"expected a mapping shaped like {VERSIONS_KEY} in versions.yml")]
-        return [(prefix, f"expected a mapping of pins ({', '.join(pinned)})")]
-    out: list[tuple[str, str]] = []
-    for key, value in overrides.items():
-        path = f"{prefix}.{key}"
-        if key not in pinned:
-            out.append(
-                (
-                    path,
-                    f"unknown version pin, expected one of {', '.join(pinned)}"
-                    f"{did_you_mean(str(key), pinned)}",
-                )
-            )
-        elif isinstance(pinned[key], Mapping):
-            out.extend(check_overrides(pinned[key], value, path))
-        elif isinstance(value, float):
-            out.append(
-                (
-                    path,
-                    f'expected a quoted version string such as "{pinned[key]}" '
-                    f"(YAML read {value} as a number)",
-                )
-            )
-        elif not isinstance(value, str | int) or isinstance(value, bool):
-            out.append((path, f'expected a version string such as "{pinned[key]}"'))
-    return out
-
-
 def effective(pinned: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """The pinned matrix with the overrides deep-merged over it (leaf values as strings)."""
     out: dict[str, Any] = copy.deepcopy(dict(pinned))
@@ -268,112 +234,3 @@ def compare(actual: tuple[int, ...], bound: tuple[int, ...]) -> int:
     n = len(bound)
     head = tuple(actual[:n]) + (0,) * max(0, n - len(actual))
     return (head > bound) - (head < bound)
-
-
-def _as_bool(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("yes", "true", "on", "y", "t", "1"):
-        return True
-    if isinstance(value, str) and value.lower() in ("no", "false", "off", "n", "f", "0"):
-        return False
-    return None
-
-
-def applies(rule: Rule, settings: Mapping[str, Any]) -> bool:
-    for key, want in rule.when.items():
-        if key not in settings:
-            return False
-        have = settings[key]
-        if isinstance(want, bool):
-            if _as_bool(have) is not want:
-                return False
-        elif str(have) != str(want):
-            return False
-    return True
-
-
-def _check(req: Requirement, versions: Mapping[str, Any]) -> tuple[list[str], list[Failure]]:
-    raw = get_path(versions, req.path)
-    actual = parse_version(raw)
-    if actual is None:
-        return [], [Failure(req.path, "a version number", str(raw))]
-    passed: list[str] = []
-    failed: list[Failure] = []
-
-    def bound(op: str, text: str, ref: str | None) -> None:
-        parsed = parse_version(text)
-        label = f"{op} {text}" + (f" ({ref})" if ref else "")
-        if parsed is None:
-            failed.append(Failure(req.path, f"{label}, which is no version", str(raw)))
-        elif (compare(actual, parsed) >= 0) if op == ">=" else (compare(actual, parsed) <= 0):
-            passed.append(f"{req.path} {raw} {label}")
-        else:
-            failed.append(Failure(req.path, label, str(raw)))
-
-    if req.min is not None:
-        bound(">=", req.min, None)
-    if req.max is not None:
-        bound("<=", req.max, None)
-    if req.min_path is not None:
-        bound(">=", str(get_path(versions, req.min_path)), req.min_path)
-    if req.max_path is not None:
-        bound("<=", str(get_path(versions, req.max_path)), req.max_path)
-    if req.same_major_as is not None:
-        other = get_path(versions, req.same_major_as)
-        other_v = parse_version(other)
-        label = f"the same major version as {req.same_major_as} ({other})"
-        if other_v is not None and actual[0] == other_v[0]:
-            passed.append(f"{req.path} {raw} has {label}")
-        else:
-            failed.append(Failure(req.path, f"with {label}", str(raw)))
-    if req.equal is not None:
-        other = get_path(versions, req.equal)
-        label = f"equal to {req.equal} ({other})"
-        if str(other) == str(raw):
-            passed.append(f"{req.path} {raw} {label}")
-        else:
-            failed.append(Failure(req.path, label, str(raw)))
-    refs = tuple(p for p in (req.min_path, req.max_path, req.same_major_as, req.equal) if p)
-    return passed, [replace(f, refs=refs) for f in failed]
-
-
-def evaluate_rules(
-    versions: Mapping[str, Any], settings: Mapping[str, Any], rules: Iterable[Rule] | None = None
-) -> list[RuleResult]:
-    """The verdict of every rule for one set of settings (defaults included by the caller)."""
-    results: list[RuleResult] = []
-    for rule in load_rules() if rules is None else rules:
-        if not applies(rule, settings):
-            when = ", ".join(f"{k}={_show(v)}" for k, v in rule.when.items())
-            results.append(RuleResult(rule.id, rule.message, True, f"applies when {when}", applicable=False))
-            continue
-        passed: list[str] = []
-        failed: list[Failure] = []
-        for req in rule.require:
-            ok_texts, bad = _check(req, versions)
-            passed.extend(ok_texts)
-            failed.extend(bad)
-        if failed:
-            detail = "; ".join(f"{f.path} {f.actual} is not {f.expected}" for f in failed)
-        else:
-            detail = "; ".join(passed)
-        results.append(RuleResult(rule.id, rule.message, not failed, detail, failures=tuple(failed)))
-    return results
-
-
-def _show(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def merge_results(per_context: list[list[RuleResult]]) -> list[RuleResult]:
-    """One verdict per rule over several settings contexts (for example per host): a rule fails if
-    it fails anywhere, passes if it applies somewhere and never fails, else is not applicable."""
-    if not per_context:
-        return []
-    merged: list[RuleResult] = []
-    for results in zip(*per_context, strict=True):
-        failing = [r for r in results if r.applicable and not r.ok]
-        passing = [r for r in results if r.applicable and r.ok]
-        merged.append(failing[0] if failing else passing[0] if passing else results[0])
-    return merged

@@ -17,8 +17,9 @@ from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from gpubring import paths, specs
-from gpubring.validators import register_validator
+from gpubring import paths
+from gpubring.validation import specs
+from gpubring.validation.crosshost import register_validator
 from gpubring.yamlfile import Problem
 
 if TYPE_CHECKING:

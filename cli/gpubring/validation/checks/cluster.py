@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from gpubring.validators import register_validator
+from gpubring.validation.crosshost import register_validator
 from gpubring.yamlfile import Problem
 
 if TYPE_CHECKING:
