@@ -14,6 +14,7 @@ import yaml
 from packaging.version import Version
 
 from gpubring import paths, versions
+from gpubring.validation import rules
 from upstream import PINNED_FOLDERS, upstream_dir
 
 PINNED, RULES = versions.load_file()
@@ -83,12 +84,12 @@ def _combo_id(settings: dict[str, Any]) -> str:
 
 @pytest.mark.parametrize("settings", _COMBINATIONS, ids=[_combo_id(s) for s in _COMBINATIONS])
 def test_default_matrix_passes_every_rule(settings: dict[str, Any]) -> None:
-    results = versions.evaluate_rules(PINNED, settings, RULES)
+    results = rules.evaluate_rules(PINNED, settings, RULES)
     assert [f"{r.id}: {r.detail}" for r in results if not r.ok] == []
 
 
 def test_every_rule_applies_in_some_combination() -> None:
-    applied = {r.id for s in _COMBINATIONS for r in versions.evaluate_rules(PINNED, s, RULES) if r.applicable}
+    applied = {r.id for s in _COMBINATIONS for r in rules.evaluate_rules(PINNED, s, RULES) if r.applicable}
     assert applied == {r.id for r in RULES}
 
 
