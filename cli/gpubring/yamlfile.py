@@ -98,24 +98,42 @@ class _Guard(Composer, SafeConstructor):
 
     _depth = 0  # collections open around the node being composed
     _alias_nodes = 0  # nodes the aliases so far stand for
-    _sizes: dict[Node, tuple[int, int]]  # node: (nodes in it, collections deep), aliases expanded
+    _open: set[str]  # anchors of the collections being composed
+    _sizes: dict[Node, tuple[int, int]]  # anchored node: (nodes in it, collections deep), aliases expanded
     check_event: Callable[..., bool]  # the parser's, below in the loader's bases
     peek_event: Callable[[], Any]
 
     def get_single_node(self) -> Node | None:
-        self._sizes, self._depth, self._alias_nodes = {}, 0, 0
+        self._sizes, self._open, self._depth, self._alias_nodes = {}, set(), 0, 0
         node: Node | None = super().get_single_node()
         return node
 
+    def _size(self, node: Node) -> tuple[int, int]:
+        """(nodes, collections deep) of a node with its aliases expanded; only aliases pay for it."""
+        if node in self._sizes:
+            return self._sizes[node]
+        children: list[Node] = []
+        if isinstance(node, SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, MappingNode):
+            children = [n for pair in node.value for n in pair]
+        sizes = [self._size(c) for c in children]
+        collection = isinstance(node, SequenceNode | MappingNode)
+        size = (1 + sum(s for s, _ in sizes), int(collection) + max((h for _, h in sizes), default=0))
+        self._sizes[node] = size
+        return size
+
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
-        state, depth = self._sizes, self._depth
-        if self.check_event(AliasEvent):
-            event = self.peek_event()
-            node = super().compose_node(parent, index)
-            if node is None or node not in state:
+        depth = self._depth
+        event = self.peek_event()
+        if isinstance(event, AliasEvent):
+            if event.anchor in self._open:
                 expected = f"expected an alias to a complete node, *{event.anchor} is inside it"
                 raise _Refused(event.start_mark, expected)
-            size, height = state[node]
+            node = super().compose_node(parent, index)
+            if node is None:
+                return None
+            size, height = self._size(node)
             self._alias_nodes += size
             if self._alias_nodes > MAX_ALIAS_NODES:
                 expected = f"expected aliases to stand for at most {MAX_ALIAS_NODES} nodes"
@@ -124,24 +142,19 @@ class _Guard(Composer, SafeConstructor):
                 expected = f"expected nesting at most {MAX_DEPTH} deep, *{event.anchor} goes deeper"
                 raise _Refused(event.start_mark, expected)
             return node
-        collection = self.check_event(SequenceStartEvent, MappingStartEvent)
-        if collection and depth >= MAX_DEPTH:
-            raise _Refused(self.peek_event().start_mark, f"expected nesting at most {MAX_DEPTH} deep")
-        self._depth = depth + collection
+        if not isinstance(event, SequenceStartEvent | MappingStartEvent):
+            return super().compose_node(parent, index)
+        if depth >= MAX_DEPTH:
+            raise _Refused(event.start_mark, f"expected nesting at most {MAX_DEPTH} deep")
+        anchor = event.anchor
+        if anchor is not None:
+            self._open.add(anchor)
+        self._depth = depth + 1
         try:
-            node = super().compose_node(parent, index)
+            return super().compose_node(parent, index)
         finally:
             self._depth = depth
-        if node is None:
-            return None
-        children: list[Node] = []
-        if isinstance(node, SequenceNode):
-            children = list(node.value)
-        elif isinstance(node, MappingNode):
-            children = [n for pair in node.value for n in pair]
-        sizes = [state[c] for c in children if c in state]
-        state[node] = (1 + sum(s for s, _ in sizes), int(collection) + max((h for _, h in sizes), default=0))
-        return node
+            self._open.discard(anchor or "")
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
