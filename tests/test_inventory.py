@@ -668,8 +668,16 @@ all:
     )
     inv = load_inventory(root)
     binary = Path(sys.executable).parent / "ansible-inventory"
+    # Plain Ansible, whatever an in-process render (gpubring plan) put into this process's environment:
+    # the model holds the inventory's own variables, not the vars plugin's defaults.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     listing = subprocess.run(
-        [str(binary), "-i", str(root), "--list"], capture_output=True, text=True, check=True, cwd=root
+        [str(binary), "-i", str(root), "--list"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        env=env,
     )
     data = json.loads(listing.stdout)
     hostvars = data["_meta"]["hostvars"]

@@ -8,8 +8,14 @@ Known keys come from three places, read at run time so that roles gain inputs wi
 - the `when` keys of the rules in versions.yml (typed from the value the rule compares with), so a
   rule can name a role input before that role's spec declares it.
 
+What a value must look like beyond its type comes from the same places: `format:`, `min:` and
+`max:` on a setting in settings.yml, and roles/<role>/meta/formats.yml for a role's inputs (the
+formats are gpubring.formats'; ansible-lint's schema admits no key of ours in argument_specs.yml).
+
 A key named `gpubring_*`, or `<role>_*` for a role that exists, that no source declares is a typo:
-it is reported with a did-you-mean. Every other key (ansible_*, the user's own) passes.
+it is reported with a did-you-mean. So is a key close to a known input (a typo inside the prefix,
+`nvidia_drvier_branch`). Every other key (ansible_*, the user's own) passes; `gpubring plan` lists
+the user's own keys once, so a typo cannot hide there.
 
 Cross-field checks live in the package gpubring.validators.
 """
@@ -17,11 +23,11 @@ Cross-field checks live in the package gpubring.validators.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpubring import paths, yamlfile
+from gpubring import formats, paths, yamlfile
 from gpubring.yamlfile import Opaque, Problem, did_you_mean
 
 __all__ = ["Opaque", "Problem", "Spec", "SpecTable", "did_you_mean", "load_specs"]
@@ -48,6 +54,11 @@ class Spec:
     options: Mapping[str, Spec] | None = None
     source: str = ""
     description: str = ""
+    format: str | None = None  # a name of gpubring.formats.FORMATS
+    minimum: float | None = None
+    maximum: float | None = None
+    # For a list of mappings: the format rules of the items' keys (formats.yml `input[].key`).
+    item_rules: Mapping[str, Spec] | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,7 @@ class SpecTable:
             return None
         ns = self.namespace(key)
         if ns is None:
-            return None
+            return self.lookalike_message(key)
         if ns == "gpubring":
             where = "settings.yml"
             pool = [k for k in self.keys if k.startswith("gpubring_")]
@@ -87,6 +98,41 @@ class SpecTable:
             where = f"roles/{ns}/meta/argument_specs.yml"
             pool = [k for k in self.keys if self.namespace(k) == ns]
         return f"unknown key, expected one declared in {where}{did_you_mean(key, pool)}"
+
+    def lookalike_message(self, key: str) -> str | None:
+        """For a key outside every known prefix: the problem when it looks like a known input (its
+        prefix one or two edits from a role's or gpubring_, or the whole key close to an input)."""
+        if key.startswith("ansible_") or key.startswith("_"):
+            return None
+        for prefix in ("gpubring", *self.roles):
+            for cut in range(max(1, len(prefix) - 1), len(prefix) + 2):
+                if key[cut : cut + 1] != "_" or _edits(key[:cut], prefix) > (1 if len(prefix) < 6 else 2):
+                    continue
+                fixed = prefix + key[cut:]
+                pool = [k for k in self.keys if self.namespace(k) == prefix or k.startswith(prefix + "_")]
+                hint = did_you_mean(fixed, pool) or f" (is {key[:cut]}_ a typo of {prefix}_?)"
+                where = "settings.yml" if prefix == "gpubring" else f"roles/{prefix}/meta/argument_specs.yml"
+                return f"unknown key that looks like an input declared in {where}{hint}"
+        return None
+
+
+def _edits(a: str, b: str) -> int:
+    """Edit distance with adjacent transpositions counting one (optimal string alignment)."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def _number(raw: Mapping[Any, Any], key: str) -> float | None:
+    value = raw.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _parse_spec(name: str, raw: Any, source: str) -> Spec:
@@ -115,7 +161,44 @@ def _parse_spec(name: str, raw: Any, source: str) -> Spec:
         options=options,
         source=source,
         description=str(description),
+        format=str(raw["format"]) if raw.get("format") else None,
+        minimum=_number(raw, "min"),
+        maximum=_number(raw, "max"),
     )
+
+
+def _rule_problems(spec: Spec, where: str, key: str) -> list[Problem]:
+    if spec.format is not None and spec.format not in formats.FORMATS:
+        known = ", ".join(sorted(formats.FORMATS))
+        return [
+            Problem(
+                where, f"{key}.format", f"expected one of {known}{did_you_mean(spec.format, formats.FORMATS)}"
+            )
+        ]
+    return []
+
+
+def _apply_formats(keys: dict[str, Spec], role: str, data: Any, problems: list[Problem]) -> None:
+    """Merge a role's meta/formats.yml (`input: {format, min, max}`, `input[].key: {...}`) into its specs."""
+    rel = f"roles/{role}/meta/formats.yml"
+    if not isinstance(data, Mapping):
+        problems.append(
+            Problem(rel, "(top level)", "expected a mapping of role inputs to {format, min, max}")
+        )
+        return
+    for raw_key, raw in data.items():
+        key = str(raw_key)
+        name, _, item_key = key.partition("[].")
+        rule = _parse_spec(item_key or name, raw if isinstance(raw, Mapping) else {}, rel)
+        problems.extend(_rule_problems(rule, rel, key))
+        if name not in keys:
+            problems.append(Problem(rel, key, f"expected an input of the role{did_you_mean(name, keys)}"))
+            continue
+        spec = keys[name]
+        if item_key:
+            keys[name] = replace(spec, item_rules={**(spec.item_rules or {}), item_key: rule})
+        else:
+            keys[name] = replace(spec, format=rule.format, minimum=rule.minimum, maximum=rule.maximum)
 
 
 def _parse_options(options: Mapping[Any, Any], source: str) -> dict[str, Spec]:
@@ -187,10 +270,18 @@ def _load_specs_cached(root: Path) -> SpecTable:
             problems.append(Problem(rel, "argument_specs.main.options", "expected a mapping"))
             continue
         keys.update(_parse_options(options, rel))
+        formats_file = roles_dir / role / "meta" / "formats.yml"
+        if formats_file.is_file():
+            _apply_formats(
+                keys, role, _read_yaml(formats_file, f"roles/{role}/meta/formats.yml", problems), problems
+            )
     settings = _read_yaml(root / "settings.yml", "settings.yml", problems)
     options = settings.get("options") if isinstance(settings, Mapping) else None
     if isinstance(options, Mapping):
-        keys.update(_parse_options(options, "settings.yml"))
+        declared = _parse_options(options, "settings.yml")
+        for name, spec in declared.items():
+            problems.extend(_rule_problems(spec, "settings.yml", f"options.{name}"))
+        keys.update(declared)
     elif settings is not None:
         problems.append(Problem("settings.yml", "options", "expected a mapping of gpubring_* settings"))
     table = SpecTable(keys=keys, roles=roles, role_defaults=role_defaults, problems=tuple(problems))
@@ -272,12 +363,46 @@ def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
                 )
             if spec.options is not None and isinstance(item, Mapping):
                 out.extend(check_mapping(spec.options, item, item_path))
+            if spec.item_rules:
+                out.extend(_item_problems(spec.item_rules, item, item_path))
+            elif spec.format is not None and not _templated(item):
+                out.extend(_format_problems(replace(spec, type=spec.elements or "raw"), item, item_path))
         return out
     if spec.choices is not None and value not in spec.choices:
         choices = ", ".join(map(str, spec.choices))
         out.append((path, f"expected one of {choices}, got {_show(value)}"))
     if spec.type == "dict" and spec.options is not None:
         out.extend(check_mapping(spec.options, value, path))
+    out.extend(_format_problems(spec, value, path))
+    return out
+
+
+def _format_problems(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
+    """What the tool the value feeds would refuse: its format and bounds (an int given as digits is
+    the int Ansible turns it into)."""
+    if spec.type in ("int", "float") and isinstance(value, str):
+        try:
+            value = int(value) if spec.type == "int" else float(value)
+        except ValueError:
+            return []
+    out: list[tuple[str, str]] = []
+    if spec.format is not None and spec.format in formats.FORMATS:
+        message = formats.check(spec.format, value)
+        if message is not None:
+            out.append((path, f"expected {message}"))
+    bound = formats.check_bounds(value, spec.minimum, spec.maximum)
+    if bound is not None:
+        out.append((path, f"expected {bound}"))
+    return out
+
+
+def _item_problems(rules: Mapping[str, Spec], item: Any, path: str) -> list[tuple[str, str]]:
+    if not isinstance(item, Mapping):
+        return []
+    out: list[tuple[str, str]] = []
+    for key, rule in rules.items():
+        if key in item and item[key] is not None and not _templated(item[key]):
+            out.extend(_format_problems(rule, item[key], f"{path}.{key}"))
     return out
 
 
