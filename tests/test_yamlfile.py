@@ -37,11 +37,14 @@ def laughs(levels: int) -> str:
     [
         ("a: 1\nb: [1, 2]\n", {"a": 1, "b": [1, 2]}),
         ("", None),
-        ("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n", {"base": {"x": 1, "y": 2}, "c": {"x": 3, "y": 2}}),
+        (
+            "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  z: 3\n",
+            {"base": {"x": 1, "y": 2}, "c": {"x": 1, "y": 2, "z": 3}},
+        ),
         ("a: &a [1, 2]\nb: *a\n", {"a": [1, 2], "b": [1, 2]}),
         ("a: {b: 1}\nc: {b: 2}\n", {"a": {"b": 1}, "c": {"b": 2}}),
     ],
-    ids=["plain", "empty", "merge-key-override", "alias", "same-key-other-mapping"],
+    ids=["plain", "empty", "merge-key", "alias", "same-key-other-mapping"],
 )
 def test_reads_yaml(text: str, expected: object) -> None:
     assert yamlfile.load(text, "f.yml") == expected
@@ -96,6 +99,16 @@ def test_vault_and_unsafe_are_opaque() -> None:
         ("a: &a [1, *a]\n", "line 1, column 11", "expected an alias to a complete node, *a is inside it"),
         ("a: [1\n", "line 2, column 1", "expected valid YAML ("),
         ("a: *nope\n", "line 1, column 4", "expected valid YAML (found undefined alias"),
+        (
+            "base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 3\n",
+            "line 3, column 3",
+            "expected a merge key (<<) that shadows nothing, x is also set at line 4",
+        ),
+        (
+            "a: &a {x: 1}\nb: &b {x: 2}\nc:\n  <<: [*a, *b]\n",
+            "line 4, column 3",
+            "expected a merge key (<<) that shadows nothing, x is also set at line 1",
+        ),
         ("- a\n---\n- b\n", "line 2, column 1", "expected valid YAML (but found another document)"),
     ],
     ids=[
@@ -110,6 +123,8 @@ def test_vault_and_unsafe_are_opaque() -> None:
         "recursive-alias",
         "malformed",
         "undefined-alias",
+        "merge-shadows-a-key",
+        "merge-shadows-a-merge",
         "two-documents",
     ],
 )

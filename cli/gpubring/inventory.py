@@ -228,7 +228,15 @@ class _Loader:
                     f"expected one place for the {what} vars of {name}; Ansible reads only "
                     f"{self.rel(found[0])} and ignores this",
                 )
-            files = _dir_vars_files(found[0]) if found[0].is_dir() else [found[0]]
+            loops: list[Path] = []
+            files = _dir_vars_files(found[0], loops) if found[0].is_dir() else [found[0]]
+            for loop in loops:
+                self.add(
+                    self.rel(loop),
+                    name,
+                    f"expected a folder of {what} vars without a loop; this link leads back to "
+                    f"{loop.resolve()}, which Ansible would walk again and again",
+                )
             for file in files:
                 ok, data = self.read_yaml(file)
                 if not ok or data is None:
@@ -385,17 +393,27 @@ class _Loader:
         return hosts
 
 
-def _dir_vars_files(folder: Path) -> list[Path]:
-    """The files of a vars folder in Ansible's order: sorted per level, sub-folders recursively."""
+def _dir_vars_files(folder: Path, loops: list[Path], seen: frozenset[Path] = frozenset()) -> list[Path]:
+    """The files of a vars folder in Ansible's order: sorted per level, sub-folders recursively. A
+    sub-folder that leads back to a folder being walked (a symlink loop) is not entered but added to
+    `loops`; a file reached twice through links is read once."""
+    here = folder.resolve()
+    seen = seen | {here}
     found: list[Path] = []
     for entry in sorted(folder.iterdir()):
         if entry.name.startswith(".") or entry.name.endswith("~"):
             continue
         if entry.is_dir() and not entry.suffix:
-            found.extend(_dir_vars_files(entry))
+            if entry.resolve() in seen:
+                loops.append(entry)
+                continue
+            found.extend(_dir_vars_files(entry, loops, seen))
         elif entry.is_file() and entry.suffix in VAR_EXTS:
             found.append(entry)
-    return found
+    first: dict[Path, Path] = {}
+    for path in found:
+        first.setdefault(path.resolve(), path)
+    return list(first.values())
 
 
 def _as_port(value: Any) -> int | None:

@@ -170,8 +170,35 @@ class _Guard(Composer, SafeConstructor):
                     f"expected each key once in a mapping, {key} is also at line {seen[key]}",
                 )
             seen[key] = key_node.start_mark.line + 1
+        self._refuse_shadowing(node, seen)
         result: dict[Any, Any] = super().construct_mapping(node, deep=deep)
         return result
+
+    def _refuse_shadowing(self, node: MappingNode, explicit: dict[Any, int]) -> None:
+        """A key a merge (`<<: *anchor`) brings in must not also be given here or by another merged
+        mapping: which one wins is a YAML 1.1 rule a reader of the file easily gets wrong."""
+        merged: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, ScalarNode) or key_node.tag != _MERGE_TAG:
+                continue
+            sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            for source in sources:
+                if not isinstance(source, MappingNode):
+                    continue
+                for merged_key_node, _ in source.value:
+                    if not isinstance(merged_key_node, ScalarNode) or merged_key_node.tag == _MERGE_TAG:
+                        continue
+                    key = self.construct_object(merged_key_node)
+                    if not isinstance(key, Hashable):
+                        continue
+                    line = explicit.get(key) or merged.get(key)
+                    if line is not None:
+                        raise _Refused(
+                            key_node.start_mark,
+                            f"expected a merge key (<<) that shadows nothing, {key} is also set "
+                            f"at line {line}",
+                        )
+                    merged[key] = merged_key_node.start_mark.line + 1
 
 
 if getattr(yaml, "__with_libyaml__", False):
