@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from gpubring.events import HostResult, PlayStart, TaskStart
@@ -94,3 +95,30 @@ def test_the_live_table_shows_elapsed_time_and_marks_hosts_of_other_plays_as_wai
     rows = {line.split()[0]: line for line in out.getvalue().splitlines() if line.strip()}
     assert "waiting" in rows["cp-1"] and "containerd" not in rows["cp-1"]
     assert "nvidia_driver : Install the driver" in rows["gpu-1"] and "1m15s" in rows["gpu-1"]
+
+
+@pytest.mark.parametrize("command", ["plan", "versions", "check", "up"])
+@pytest.mark.parametrize(("target", "says"), [("missing/x.json", "does not exist"), (".", "is a folder")])
+def test_a_json_path_that_cannot_be_written_is_bad_input(
+    command: str, target: str, says: str, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [*GPUBRING, command, str(SAMPLE), "--json", str(tmp_path / target)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr and "--json" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["plan", "versions"])
+def test_json_copies_are_private(command: str, tmp_path: Path) -> None:
+    target = tmp_path / "out.json"
+    done = subprocess.run(
+        [*GPUBRING, command, str(SAMPLE), "--json", str(target)], capture_output=True, cwd=ROOT, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert target.stat().st_mode & 0o777 == 0o600

@@ -94,6 +94,7 @@ def test_inventory_phases_leave_nothing_to_run(inventory: Path) -> None:
 def test_up_only_preflight_end_to_end(inventory: Path, tmp_path: Path) -> None:
     """The real phase playbook and role over the local connection, as an operator runs it."""
     copy = tmp_path / "out" / "report.json"
+    copy.parent.mkdir()  # --json writes into an existing folder (a missing one is bad input)
     code, output = up(inventory, "--only", "preflight", "--json", copy)
     assert code == 0, output
     assert "phases: preflight" in output
@@ -107,6 +108,7 @@ def test_up_only_preflight_end_to_end(inventory: Path, tmp_path: Path) -> None:
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     data = json.loads((folder / "report.json").read_text())
     assert json.loads(copy.read_text()) == data
+    assert copy.stat().st_mode & 0o777 == 0o600
     assert data["command"] == "up"
     assert data["inventory"] == str(inventory.resolve())
     assert data["status"] == "ok"

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
+from gpubring.commands._common import json_target
+
 if TYPE_CHECKING:
     from gpubring.runner import ExtraVarsSource
 
@@ -32,7 +34,10 @@ ExtraVars = Annotated[
     typer.Option("--extra-vars", "-e", help="KEY=VALUE or @file (YAML/JSON); may repeat."),
 ]
 Forks = Annotated[int, typer.Option("--forks", "-f", min=1, help="Hosts worked on in parallel.")]
-JsonReport = Annotated[Path | None, typer.Option("--json", help="Also write the run report as JSON here.")]
+JsonReport = Annotated[
+    Path | None,
+    typer.Option("--json", callback=json_target, help="Also write the run report as JSON here."),
+]
 Only = Annotated[
     str | None,
     typer.Option("--only", metavar="PHASES", help="Run only these phases (comma list, e.g. preflight,host)."),

@@ -18,7 +18,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from gpubring import paths, versions, yamlfile
+from gpubring import paths, runstore, versions, yamlfile
 from gpubring.inventory import Inventory, InventoryError
 from gpubring.phases import PhasePlan, PlaybookError, plan_phases
 from gpubring.yamlfile import Problem
@@ -246,7 +246,7 @@ def write_json(doc: Mapping[str, Any], target: str, console: Console) -> None:
     if target == "-":
         console.file.write(text + "\n")
     else:
-        Path(target).write_text(text + "\n", encoding="utf-8")
+        runstore.write_private(Path(target), text + "\n")  # Helm values can hold secrets: 0600
 
 
 # Renderings --------------------------------------------------------------------------------------

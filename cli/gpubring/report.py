@@ -140,6 +140,5 @@ def write(report: Mapping[str, Any], run_folder: Path) -> Path:
 
 
 def write_copy(report: Mapping[str, Any], path: Path) -> None:
-    """The --json PATH copy."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(report), encoding="utf-8")
+    """The --json PATH copy, 0600 like the run folder's own: it can hold Helm values."""
+    write_private(path, dumps(report))

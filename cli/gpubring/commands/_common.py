@@ -26,6 +26,20 @@ def exit_with(problems: Iterable[Problem]) -> NoReturn:
     raise typer.Exit(code=ExitCode.BAD_INPUT) from None
 
 
+def json_target(value: str | Path | None) -> str | Path | None:
+    """Callback of every `--json PATH` option: PATH must be a file in an existing folder (or `-` for
+    stdout where the command offers it), checked before anything runs, so a typo is exit 2 with a
+    message instead of a traceback after the work is done."""
+    if value is None or str(value) == "-":
+        return value
+    path = Path(value)
+    if path.is_dir():
+        raise typer.BadParameter(f"{value} is a folder; give a file name in it")
+    if not path.parent.is_dir():
+        raise typer.BadParameter(f"the folder {path.parent} does not exist")
+    return value
+
+
 def load_or_exit(path: Path, *, check_rules: bool = True) -> Inventory:
     """The inventory, or one `error:` line per problem on stderr and exit code 2."""
     from gpubring.inventory import InventoryError, load_inventory  # not at import: `--help` stays light

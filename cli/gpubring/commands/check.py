@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpubring.commands._common import json_target
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, Limit
 
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
     from gpubring.probe import ProbeResult, ToolVersion
 
 JsonOut = Annotated[
-    str | None, typer.Option("--json", metavar="PATH|-", help="Also write the results as JSON ('-': stdout).")
+    str | None,
+    typer.Option(
+        "--json", callback=json_target, metavar="PATH|-", help="Also write the results as JSON ('-': stdout)."
+    ),
 ]
 AcceptNew = Annotated[
     bool,
@@ -72,7 +76,9 @@ def command(
             sys.stdout.write(text)
         else:
             try:
-                Path(json_out).write_text(text)
+                from gpubring.runstore import write_private
+
+                write_private(Path(json_out), text)  # it names hosts and users: 0600
             except OSError as exc:
                 typer.echo(f"error: cannot write --json {json_out}: {exc.strerror}", err=True)
                 raise typer.Exit(code=ExitCode.BAD_INPUT) from None

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpubring.commands._common import json_target
 from gpubring.options import InventoryArg
 
 if TYPE_CHECKING:
@@ -18,7 +19,10 @@ if TYPE_CHECKING:
 JsonOut = Annotated[
     str | None,
     typer.Option(
-        "--json", metavar="PATH|-", help="Also write the plan as JSON to PATH; `-` prints only JSON."
+        "--json",
+        callback=json_target,
+        metavar="PATH|-",
+        help="Also write the plan as JSON to PATH; `-` prints only JSON.",
     ),
 ]
 ManifestsOut = Annotated[

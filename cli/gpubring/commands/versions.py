@@ -6,12 +6,14 @@ from typing import Annotated
 
 import typer
 
+from gpubring.commands._common import json_target
 from gpubring.options import InventoryArg
 
 JsonOut = Annotated[
     str | None,
     typer.Option(
         "--json",
+        callback=json_target,
         metavar="PATH|-",
         help="Also write the matrix and verdicts as JSON to PATH; `-` prints only JSON.",
     ),
