@@ -231,3 +231,20 @@ def test_hosts_text_shortens_long_lists() -> None:
     assert text.startswith("gpu-0001, gpu-0002")
     assert text.endswith("… (+892 more) [900]")
     assert planning.hosts_text([]) == "(no hosts)"
+
+
+def test_plan_lists_the_users_own_variables_once(tmp_path: Path) -> None:
+    """A key no role or setting reads, and that looks like none of their inputs, is the user's own:
+    allowed, and listed once by plan so that a typo cannot hide among them."""
+    import shutil
+
+    inv = tmp_path / "inv"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "inventories" / "prod", inv)
+    (inv / "group_vars" / "all" / "site.yml").write_text("site_contact: ops@example.com\nrack_row: 7\n")
+    (inv / "group_vars" / "gpu_nodes" / "site.yml").write_text("rack_row: 9\n")
+    result = CliRunner().invoke(app, ["plan", str(inv), "--json", str(tmp_path / "plan.json")])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("Variables of your own"))
+    assert line.count("rack_row") == 1 and "site_contact (group_vars/all/site.yml)" in line
+    document = json.loads((tmp_path / "plan.json").read_text())
+    assert {v["key"] for v in document["own_variables"]} >= {"rack_row", "site_contact"}

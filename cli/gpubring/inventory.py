@@ -80,6 +80,7 @@ class _Loader:
         self.inline_host_layers: dict[str, list[VarLayer]] = {}
         self.file_group_layers: dict[str, list[VarLayer]] = {}
         self.file_host_layers: dict[str, list[VarLayer]] = {}
+        self.own_keys: dict[str, str] = {}
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -263,6 +264,12 @@ class _Loader:
         for raw_key, value in layer.vars.items():
             key = str(raw_key)
             path = layer.key_path(key)
+            if (
+                key not in self.table.keys
+                and not key.startswith("ansible_")
+                and self.table.namespace(key) is None
+            ):
+                self.own_keys.setdefault(key, layer.file)
             if key.startswith("gpubring_") and not cluster_wide and key in self.table.keys:
                 self.add(layer.file, path, "expected in group_vars/all: gpubring_* settings are cluster-wide")
                 continue
@@ -470,6 +477,7 @@ def load_inventory(path: Path, *, check_rules: bool = True) -> Inventory:
         phases_check_only=tuple(p for p in PHASES if p in check_only and p not in chosen),
         rule_results=tuple(results),
         version_problems=tuple(rule_problems),
+        own_keys=tuple(sorted(ld.own_keys.items())),
     )
     if not ld.problems:  # cross-field checks may rely on well-typed values
         for validator in crosshost.registered():

@@ -68,6 +68,9 @@ class Inventory:
     phases_check_only: tuple[str, ...] = ()
     rule_results: tuple[RuleResult, ...] = ()
     version_problems: tuple[Problem, ...] = ()
+    # Variables that are no input of gpubring (the user's own), each with the first file that sets it:
+    # `gpubring plan` lists them once, so a typo that validation cannot tell from one shows there.
+    own_keys: tuple[tuple[str, str], ...] = ()
 
     def origin(self, host: str, key: str) -> tuple[str, str] | None:
         """(file, key path) of the place that set `key` for `host`, or None when nothing did."""

@@ -234,6 +234,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         ],
         "phases_skipped_reason": inv.phases_skipped_reason,
         "phases_check_only": list(inv.phases_check_only),
+        "own_variables": [{"key": key, "file": file} for key, file in inv.own_keys],
         **{k: v for k, v in versions_document(inv, plan.pinned).items() if k != "inventory"},
         "releases": list(plan.releases),
         "releases_note": plan.releases_note,
@@ -308,6 +309,10 @@ def render_plan(plan: Plan, console: Console) -> None:
                 [p.phase + state, pl.name, f"{pl.hosts_pattern}: {hosts_text(pl.hosts)}", ", ".join(pl.roles)]
             )
     _table(console, "Phases", ["phase", "play", "hosts", "roles"], rows)
+    if inv.own_keys:
+        # Not inputs of gpubring: a typo that looks like nothing gpubring knows would be listed here.
+        own = ", ".join(f"{key} ({file})" for key, file in inv.own_keys)
+        _say(console, f"Variables of your own (no role or setting reads them; a typo?): {own}")
     render_versions(inv, plan.pinned, console)
     releases = plan.releases
     if not releases:
