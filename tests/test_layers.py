@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "cli" / "gpubring"
-LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events")
+LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events", "gpubring.runopts")
 
 
 def module_name(path: Path) -> str:

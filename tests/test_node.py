@@ -20,6 +20,7 @@ from gpubring import nodeops, paths, runner
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.runopts import RunOptions
 
 ADMIN_CONF = Path("/etc/kubernetes/admin.conf")
 
@@ -154,11 +155,11 @@ def test_the_steps_of_each_action(sample_inventory: Path) -> None:
     (drained,) = nodeops.plan("remove", ["gpu-4"])
     assert dict(drained.extra_vars) == {}
     # The step's own variable comes after the operator's -e, so it wins.
-    settings = nodeops.settings(
-        inv, stale, nodeops.RunOptions(extra_vars=({"node_remove_force": False},), check=True)
-    )
-    assert settings.extra_vars == ({"node_remove_force": False}, {"node_remove_force": True})
-    assert (settings.limit, settings.check, settings.command) == ("gpu-3", True, "node-replace")
+    operator = RunOptions(extra_vars=({"node_remove_force": False},), check=True, limit="ignored")
+    settings = nodeops.settings(inv, stale, operator)
+    assert settings.options.extra_vars == ({"node_remove_force": False}, {"node_remove_force": True})
+    assert (settings.options.limit, settings.options.check) == ("gpu-3", True)
+    assert settings.command == "node-replace"
 
 
 # -- real runs of the playbooks' guards ------------------------------------------------------------
@@ -172,7 +173,7 @@ def _run_playbook(inventory: Path, playbook: str, limit: str | None) -> runner.R
             hosts_file=inv.hosts_file,
             command="node-test",
             playbook=paths.playbooks_dir() / playbook,
-                limit=limit,
+            options=RunOptions(limit=limit),
         )
     )
 

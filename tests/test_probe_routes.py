@@ -25,6 +25,7 @@ from gpubring import probe, runner
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.runopts import RunOptions
 from sshd import KeyPair, Sshd, require_sshd
 
 PING = "- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.ping:\n"
@@ -122,7 +123,7 @@ class Site:
             hosts_file=root / "hosts.yml",
             command="test",
             playbook=playbook,
-            accelerate=False,
+            options=RunOptions(accelerate=False),
         )
         return runner.run(settings)
 

@@ -16,6 +16,7 @@ from gpubring import report, runner, runstore
 from gpubring.events import Event, TaskStart
 from gpubring.exitcodes import ExitCode
 from gpubring.phases import PHASES
+from gpubring.runopts import RunOptions
 
 DATA = Path(__file__).parent / "data"
 PLAYBOOKS = DATA / "playbooks"
@@ -29,13 +30,16 @@ def local_inventory(tmp_path: Path) -> Path:
     return root
 
 
-def settings_for(root: Path, playbook: str, **kwargs: object) -> runner.RunSettings:
+def settings_for(
+    root: Path, playbook: str, options: RunOptions | None = None, *, keep_runs: int = runstore.DEFAULT_KEEP
+) -> runner.RunSettings:
     return runner.RunSettings(
         inventory_root=root,
         hosts_file=root / "hosts.yml",
         command="test",
         playbook=PLAYBOOKS / playbook,
-        **kwargs,  # type: ignore[arg-type]
+        options=options or RunOptions(),
+        keep_runs=keep_runs,
     )
 
 
@@ -225,7 +229,9 @@ def test_real_run_of_the_mixed_playbook(local_inventory: Path, monkeypatch: pyte
     monkeypatch.setenv("GPUBRING_TEST_SHELL_TOKEN", "sh3ll-t0ken-value")
     seen: list[Event] = []
     result = runner.run(
-        settings_for(local_inventory, "mixed.yml", extra_vars=({"gpubring_test_secret": "S3cr3t-runner"},)),
+        settings_for(
+            local_inventory, "mixed.yml", RunOptions(extra_vars=({"gpubring_test_secret": "S3cr3t-runner"},))
+        ),
         on_event=seen.append,
     )
     assert result.exit_code == ExitCode.TASK_FAILED
@@ -297,9 +303,10 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
         settings_for(
             local_inventory,
             "vars.yml",
-            extra_vars=runner.parse_extra_vars(["gpubring_from_extra_vars=yes"]),
+            RunOptions(
+                extra_vars=runner.parse_extra_vars(["gpubring_from_extra_vars=yes"]), accelerate=False
+            ),
             keep_runs=3,
-            accelerate=False,
         )
     )
     assert result.exit_code == ExitCode.OK, result.report
@@ -318,7 +325,8 @@ def test_cancel_stops_the_run_and_its_workers(local_inventory: Path, accelerate:
         if isinstance(event, TaskStart) and event.task == "Wait for the cancel":
             flag.set("test cancel")
 
-    result = runner.run(settings_for(local_inventory, "wait.yml", accelerate=accelerate), on_event, flag)
+    settings = settings_for(local_inventory, "wait.yml", RunOptions(accelerate=accelerate))
+    result = runner.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert result.status == "cancelled"
     stopped = result.report["stopped_at"]

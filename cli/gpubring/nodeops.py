@@ -22,13 +22,14 @@ Nothing here imports ansible or ansible_runner at module level.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpubring import paths, report, runner, view
 from gpubring.exitcodes import ExitCode
 from gpubring.model import Inventory
+from gpubring.runopts import RunOptions
 from gpubring.yamlfile import did_you_mean
 
 if TYPE_CHECKING:
@@ -53,18 +54,6 @@ class Step:
     limit: str
     purpose: str
     extra_vars: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The operator's options, the same for every step."""
-
-    extra_vars: tuple[runner.ExtraVarsSource, ...] = ()
-    check: bool = False
-    diff: bool = False
-    forks: int = runner.DEFAULT_FORKS
-    verbosity: int = 0
-    accelerate: bool = True
 
 
 def first_control_plane(inv: Inventory) -> str:
@@ -133,7 +122,8 @@ def plan(
 
 
 def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSettings:
-    """The runner settings of one step: the step's own variables after the operator's -e."""
+    """The runner settings of one step: the operator's options with the step's --limit, and the
+    step's own variables after the operator's -e."""
     extra = (*options.extra_vars, dict(step.extra_vars)) if step.extra_vars else options.extra_vars
     return runner.RunSettings(
         inventory_root=inv.root,
@@ -141,13 +131,7 @@ def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSetti
         command=step.command,
         playbook=step.playbook,
         serial=str(inv.settings["gpubring_serial"]),
-        extra_vars=extra,
-        limit=step.limit,
-        check=options.check,
-        diff=options.diff,
-        forks=options.forks,
-        verbosity=options.verbosity,
-        accelerate=options.accelerate,
+        options=replace(options, extra_vars=extra, limit=step.limit),
     )
 
 
@@ -158,11 +142,10 @@ def run_steps(
     *,
     title: str,
     console: Console | None = None,
-    json_report: Path | None = None,
 ) -> ExitCode:
     """Run the steps in order, each with the live view and summary of `gpubring up`; stop at the
-    first step that does not succeed. Returns the exit code of the last step run; `json_report` gets
-    that step's report."""
+    first step that does not succeed. Returns the exit code of the last step run; the options'
+    json_report (--json) gets that step's report."""
     console = console or view.console()
     mode = " (check mode)" if options.check else ""
     code = ExitCode.OK
@@ -179,9 +162,9 @@ def run_steps(
             if number < len(steps):
                 console.print(f"not run: {', '.join(s.purpose for s in steps[number:])}")
             break
-    if json_report is not None and last is not None:
+    if options.json_report is not None and last is not None:
         try:
-            report.write_copy(last, json_report)
+            report.write_copy(last, options.json_report)
         except OSError as exc:
-            view.error(f"--json {json_report}: {exc.strerror or exc}")
+            view.error(f"--json {options.json_report}: {exc.strerror or exc}")
     return code

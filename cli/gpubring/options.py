@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 import typer
 
 from gpubring.commands._common import json_target
-
-if TYPE_CHECKING:
-    from gpubring.runner import ExtraVarsSource
+from gpubring.exitcodes import ExitCode
+from gpubring.runopts import RunOptions
 
 InventoryArg = Annotated[
     Path,
@@ -60,74 +58,64 @@ Verbose = Annotated[
 ]
 
 
-class RunFields(TypedDict):
-    """The runner.RunSettings fields (and nodeops.RunOptions) that the run options give."""
-
-    extra_vars: tuple[ExtraVarsSource, ...]
-    check: bool
-    diff: bool
-    forks: int
-    verbosity: int
-    accelerate: bool
-
-
-@dataclass(frozen=True)
-class RunArgs:
-    """The run options of a command that runs playbooks, as given on the command line."""
-
-    extra_vars: tuple[str, ...] = ()
-    check: bool = False
-    diff: bool = False
-    forks: int = 10
-    json_report: Path | None = None
-    accelerate: bool = True
-    verbose: int = 0
-
-    def fields(self) -> RunFields:
-        """The run settings these give, -e parsed (raises runner.ExtraVarsError)."""
-        from gpubring import runner
-
-        return RunFields(
-            extra_vars=runner.parse_extra_vars(self.extra_vars),
-            check=self.check,
-            diff=self.diff,
-            forks=self.forks,
-            verbosity=self.verbose,
-            accelerate=self.accelerate,
-        )
-
-
 def _keyword(name: str, annotation: object, default: object) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-# In `gpubring --help` order; the defaults are RunArgs'.
+# In `gpubring --help` order; the defaults are RunOptions'.
+_TARGET_PARAMETERS = (
+    _keyword("limit", Limit, RunOptions.limit),
+    _keyword("tags", Tags, RunOptions.tags),
+    _keyword("skip_tags", SkipTags, RunOptions.skip_tags),
+)
 _RUN_PARAMETERS = (
-    _keyword("check", Check, RunArgs.check),
-    _keyword("diff", Diff, RunArgs.diff),
+    _keyword("check", Check, RunOptions.check),
+    _keyword("diff", Diff, RunOptions.diff),
     _keyword("extra_vars", ExtraVars, None),
-    _keyword("forks", Forks, RunArgs.forks),
-    _keyword("json_report", JsonReport, RunArgs.json_report),
-    _keyword("accelerate", Accelerate, RunArgs.accelerate),
-    _keyword("verbose", Verbose, RunArgs.verbose),
+    _keyword("forks", Forks, RunOptions.forks),
+    _keyword("json_report", JsonReport, RunOptions.json_report),
+    _keyword("accelerate", Accelerate, RunOptions.accelerate),
+    _keyword("verbose", Verbose, RunOptions.verbosity),
 )
 
 
-def run_options(func: Callable[..., None]) -> Callable[..., None]:
-    """Give a command the run options (--check, --diff, -e, --forks, --json, --accelerate, -v).
-
-    Typer sees them after the command's own parameters; the command receives them as `run: RunArgs`.
-    """
+def _run_options(func: Callable[..., None], added: tuple[inspect.Parameter, ...]) -> Callable[..., None]:
     own = inspect.signature(func, eval_str=True)
-    parameters = [p for p in own.parameters.values() if p.name != "run"] + list(_RUN_PARAMETERS)
+    parameters = [p for p in own.parameters.values() if p.name != "run"] + list(added)
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> None:
-        given = {p.name: kwargs.pop(p.name) for p in _RUN_PARAMETERS if p.name in kwargs}
-        given["extra_vars"] = tuple(given.get("extra_vars") or ())
-        func(*args, run=RunArgs(**given), **kwargs)
+        given = {p.name: kwargs.pop(p.name) for p in added if p.name in kwargs}
+        func(*args, run=build(**given), **kwargs)
 
     # Typer reads the signature and the type hints.
     command.__signature__ = own.replace(parameters=parameters)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": None}
     return command
+
+
+def build(*, extra_vars: Sequence[str] | None = None, verbose: int = 0, **given: Any) -> RunOptions:
+    """The RunOptions of the options given on the command line, -e parsed. A bad -e is bad input:
+    `error: ...` on stderr and exit 2, before anything runs."""
+    from gpubring import runner  # not at import: `gpubring --help` stays light
+
+    try:
+        parsed = runner.parse_extra_vars(extra_vars or ())
+    except runner.ExtraVarsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    return RunOptions(extra_vars=parsed, verbosity=verbose, **given)
+
+
+def run_options(func: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the run options (--check, --diff, -e, --forks, --json, --accelerate, -v).
+
+    Typer sees them after the command's own parameters; the command receives them as
+    `run: RunOptions` (gpubring.runopts), -e parsed.
+    """
+    return _run_options(func, _RUN_PARAMETERS)
+
+
+def targeted_run_options(func: Callable[..., None]) -> Callable[..., None]:
+    """run_options with --limit, --tags and --skip-tags first (`gpubring up`)."""
+    return _run_options(func, _TARGET_PARAMETERS + _RUN_PARAMETERS)

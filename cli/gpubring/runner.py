@@ -35,7 +35,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata, util
 from pathlib import Path
@@ -57,8 +57,8 @@ from gpubring.events import (
     parse,
 )
 from gpubring.exitcodes import ExitCode
+from gpubring.runopts import ExtraVarsSource, RunOptions
 
-DEFAULT_FORKS = 10
 # Mitogen only checks a minimum ansible-core version (ansible_mitogen/loaders.py,
 # ANSIBLE_VERSION_MIN); its newer releases dropped the maximum. gpubring enables it only up to the
 # newest ansible-core line it was measured and tested with, unless Mitogen declares a maximum.
@@ -68,9 +68,6 @@ MITOGEN_STRATEGY = "mitogen_linear"
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How often (seconds) ansible-runner reads the cancel flag.
 CANCEL_POLL_S = 1
-
-ExtraVarsSource = Mapping[str, Any] | Path
-
 
 class ExtraVarsError(ValueError):
     """An -e argument that cannot be used; the message says which and why."""
@@ -425,7 +422,8 @@ class _Reaper:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """One run. Either `playbook` (run as is) or `phases` (imported from `playbooks_dir` in order)."""
+    """One run: what to run (either `playbook`, run as is, or `phases`, imported from `playbooks_dir`
+    in order) and where, with the operator's `options`."""
 
     inventory_root: Path
     hosts_file: Path
@@ -435,15 +433,7 @@ class RunSettings:
     phases_skipped: tuple[tuple[str, str], ...] = ()
     playbooks_dir: Path | None = None
     serial: str | None = None
-    extra_vars: tuple[ExtraVarsSource, ...] = ()
-    limit: str | None = None
-    tags: str | None = None
-    skip_tags: str | None = None
-    check: bool = False
-    diff: bool = False
-    forks: int = DEFAULT_FORKS
-    verbosity: int = 0
-    accelerate: bool = True
+    options: RunOptions = field(default_factory=RunOptions)
     keep_runs: int = runstore.DEFAULT_KEEP
     run_folder: Path | None = None
 
@@ -528,16 +518,16 @@ def _cmdline(settings: RunSettings, folder: Path, private_dir: Path) -> str:
         vars_file.parent.mkdir(mode=0o700, exist_ok=True)
         runstore.write_private(vars_file, json.dumps(play_vars, indent=2))
         args += ["-e", f"@{vars_file}"]
-    for index, source in enumerate(settings.extra_vars):
+    for index, source in enumerate(settings.options.extra_vars):
         if isinstance(source, Path):
             args += ["-e", f"@{source}"]
             continue
         path = private_dir / f"extra-vars-{index}.json"
         runstore.write_private(path, json.dumps(dict(source), default=str))
         args += ["-e", f"@{path}"]
-    if settings.check:
+    if settings.options.check:
         args.append("--check")
-    if settings.diff:
+    if settings.options.diff:
         args.append("--diff")
     return shlex.join(args)
 
@@ -662,7 +652,7 @@ class _Session:
         event = parse(raw)
         if isinstance(event, PlayStart):
             event = self.tracker.play_started(event)
-        if self.settings.verbosity and raw.get("stdout"):
+        if self.settings.options.verbosity and raw.get("stdout"):
             self.emit(Output(str(raw["stdout"])))
         if event is not None:
             self.emit(event)
@@ -690,14 +680,14 @@ class _Session:
 
 def _options(settings: RunSettings, accel: Accelerator) -> dict[str, Any]:
     return {
-        "check": settings.check,
-        "diff": settings.diff,
-        "limit": settings.limit,
-        "tags": settings.tags,
-        "skip_tags": settings.skip_tags,
-        "forks": settings.forks,
+        "check": settings.options.check,
+        "diff": settings.options.diff,
+        "limit": settings.options.limit,
+        "tags": settings.options.tags,
+        "skip_tags": settings.options.skip_tags,
+        "forks": settings.options.forks,
         "strategy": accel.strategy,
-        "extra_vars": extra_var_names(settings.extra_vars),
+        "extra_vars": extra_var_names(settings.options.extra_vars),
     }
 
 
@@ -719,7 +709,7 @@ def run(
     folder = settings.run_folder or runstore.new_run_folder(inventory_root, settings.command, started)
     folder = folder.resolve()
     runstore.prune(runstore.runs_dir(inventory_root), settings.keep_runs, protect=folder)
-    accel = accelerator(settings.accelerate)
+    accel = accelerator(settings.options.accelerate)
     playbook, plays, inventories = _prepare(settings, folder)
     session = _Session(settings, folder, plays, _envvars(settings, accel), on_event=on_event, cancel=cancel)
     if accel.notice:
@@ -736,11 +726,11 @@ def run(
                 inventory=[str(p) for p in inventories],
                 cmdline=_cmdline(settings, folder, private_dir),
                 envvars=dict(session.envvars),
-                limit=settings.limit,
-                tags=settings.tags,
-                skip_tags=settings.skip_tags,
-                forks=settings.forks,
-                verbosity=settings.verbosity or None,
+                limit=settings.options.limit,
+                tags=settings.options.tags,
+                skip_tags=settings.options.skip_tags,
+                forks=settings.options.forks,
+                verbosity=settings.options.verbosity or None,
                 quiet=True,
                 suppress_env_files=True,
                 rotate_artifacts=settings.keep_runs,

@@ -1,6 +1,6 @@
 """`gpubring node add | replace | remove`: one node's lifecycle, without re-running the cluster.
 
-Validation first (inventory, node names, -e): bad input touches no host (exit 2). The logic lives in
+Validation first (-e, inventory, node names): bad input touches no host (exit 2). The logic lives in
 gpubring.nodeops; each run has the view, summary, run folder and exit codes of `gpubring up`.
 """
 
@@ -12,7 +12,8 @@ from typing import Annotated
 import typer
 
 from gpubring.exitcodes import ExitCode
-from gpubring.options import InventoryArg, RunArgs, run_options
+from gpubring.options import InventoryArg, run_options
+from gpubring.runopts import RunOptions
 
 app = typer.Typer(
     help="Add, replace or remove nodes: only these nodes are touched (the cluster is not re-run).",
@@ -27,33 +28,31 @@ Force = Annotated[
 ]
 
 
-def _run(action: str, inventory: Path, nodes: list[str], run: RunArgs, *, force: bool = False) -> None:
+def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, force: bool = False) -> None:
     """Validate, then run the steps of `action` on `nodes`."""
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
-    from gpubring import nodeops, runner
+    from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
 
     inv = load_or_exit(inventory)
     try:
         checked = nodeops.check_nodes(inv, nodes)
-        options = nodeops.RunOptions(**run.fields())
-    except (nodeops.NodeError, runner.ExtraVarsError) as exc:
+    except nodeops.NodeError as exc:
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     code = nodeops.run_steps(
         inv,
         nodeops.plan(action, checked, force=force),
-        options,
+        run,
         title=f"gpubring node {action} {inventory} {' '.join(checked)}",
-        json_report=run.json_report,
     )
     raise typer.Exit(code=int(code))
 
 
 @app.command("add")
 @run_options
-def add(inventory: InventoryArg, nodes: Nodes, *, run: RunArgs) -> None:
+def add(inventory: InventoryArg, nodes: Nodes, *, run: RunOptions) -> None:
     """Add hosts already in the inventory: preflight, host roles, join, labels, verify; nothing else.
 
     Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
@@ -63,7 +62,7 @@ def add(inventory: InventoryArg, nodes: Nodes, *, run: RunArgs) -> None:
 
 @app.command("replace")
 @run_options
-def replace(inventory: InventoryArg, node: NodeArg, *, run: RunArgs) -> None:
+def replace(inventory: InventoryArg, node: NodeArg, *, run: RunOptions) -> None:
     """Bring back a host after a fresh OS install: remove its stale Node object, then add it.
 
     Two runs (see `gpubring runs`); the add does not start when the removal failed.
@@ -73,7 +72,7 @@ def replace(inventory: InventoryArg, node: NodeArg, *, run: RunArgs) -> None:
 
 @app.command("remove")
 @run_options
-def remove(inventory: InventoryArg, node: NodeArg, *, force: Force = False, run: RunArgs) -> None:
+def remove(inventory: InventoryArg, node: NodeArg, *, force: Force = False, run: RunOptions) -> None:
     """Remove a node from the cluster: drain, kubeadm reset, etcd member, Node object.
 
     With --force for an unreachable node: nothing runs on it (cordon, etcd member, Node object).

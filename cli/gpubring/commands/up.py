@@ -8,7 +8,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from gpubring.exitcodes import ExitCode
-from gpubring.options import FromPhase, InventoryArg, Limit, Only, RunArgs, SkipTags, Tags, run_options
+from gpubring.options import FromPhase, InventoryArg, Only, targeted_run_options
+from gpubring.runopts import RunOptions
 
 # For tests and playbook development: run phase playbooks (preflight.yml, ...) from another folder.
 PlaybooksDir = Annotated[Path | None, typer.Option("--playbooks-dir", hidden=True)]
@@ -19,17 +20,14 @@ def _bad_input(message: str) -> NoReturn:
     raise typer.Exit(code=ExitCode.BAD_INPUT) from None
 
 
-@run_options
+@targeted_run_options
 def command(
     inventory: InventoryArg,
     *,
     only: Only = None,
     from_phase: FromPhase = None,
-    limit: Limit = None,
-    tags: Tags = None,
-    skip_tags: SkipTags = None,
     playbooks_dir: PlaybooksDir = None,
-    run: RunArgs,
+    run: RunOptions,
 ) -> None:
     """Bring the cluster up: preflight, host, cluster, platform, verify (or the phases asked for).
 
@@ -57,9 +55,9 @@ def command(
             check=run.check,
             check_only=inv.phases_check_only,
         )
-        run_fields = run.fields()
-    except (runner.PhaseError, runner.ExtraVarsError) as exc:
+    except runner.PhaseError as exc:
         _bad_input(str(exc))
+    limit = run.limit
     if limit and not limit.startswith("@") and not resolve_pattern(limit, inv.groups, list(inv.hosts)):
         _bad_input(f"--limit {limit}: matches no host of this inventory")
     if playbooks_dir is not None and not playbooks_dir.is_dir():
@@ -73,10 +71,7 @@ def command(
         phases_skipped=selection.skipped,
         playbooks_dir=playbooks_dir,
         serial=str(inv.settings["gpubring_serial"]),
-        limit=limit,
-        tags=tags,
-        skip_tags=skip_tags,
-        **run_fields,
+        options=run,
     )
     console = Console(highlight=False)
     live = view.RunView(console)
