@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import stat
 import subprocess
@@ -218,7 +219,7 @@ def test_lab_group_vars_emit_only_declared_variables() -> None:
 
 def test_every_lab_var_is_a_role_input_or_a_cluster_setting() -> None:
     roles = {p.name for p in (REPO / "roles").iterdir() if p.is_dir()}
-    for var in lab.LAB_VARS:
+    for var in lab.lab_vars():
         # names carry their role's prefix (or gpubring_ for cluster settings), as DESIGN.md asks
         assert var.name.startswith("gpubring_") or any(var.name.startswith(r + "_") for r in roles), var.name
 
@@ -473,7 +474,39 @@ def test_facts_fill_lab_vars_and_are_reused_from_the_folder(tmp_path: Path) -> N
     assert said == []
 
 
+@pytest.mark.parametrize(
+    ("entry", "needle"),
+    [
+        ("- {name: x, group: all, why: y}", "exactly one of value and fact"),
+        ("- {name: x, group: all, why: y, value: 1, fact: debian_kernel}", "exactly one of value and fact"),
+        ("- {name: x, group: workers, why: y, value: 1}", "group is one of all, gpu_nodes"),
+        ("- {name: x, group: all, why: y, fact: uptime}", "fact is one of debian_kernel"),
+        ("- {name: x, group: all, why: y, value: 1, distros: [debian11]}", "distros is a list of"),
+        ("- {name: x, group: all, why: y, value: 1, whence: z}", "unknown keys ['whence']"),
+        ("name: x", "expected a list of lab variables"),
+        ("- [unclosed", "expected"),
+    ],
+)
+def test_a_malformed_vars_file_is_refused(tmp_path: Path, entry: str, needle: str) -> None:
+    path = tmp_path / "vars.yml"
+    path.write_text(entry + "\n")
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        lab.lab_vars(path)
+
+
+def test_vars_file_entries_read_as_lab_vars(tmp_path: Path) -> None:
+    path = tmp_path / "vars.yml"
+    path.write_text(
+        "- {name: a, group: all, why: w, value: [1, 2]}\n"
+        "- {name: b, group: gpu_nodes, why: w, fact: debian_kernel, distros: [debian13]}\n"
+    )
+    assert lab.lab_vars(path) == (
+        lab.LabVar("a", [1, 2], "all", "w"),
+        lab.LabVar("b", lab.DEBIAN_KERNEL, "gpu_nodes", "w", ("debian13",)),
+    )
+
+
 def test_docs_list_every_lab_variable() -> None:
     doc = (REPO / "docs" / "lab.md").read_text()
-    missing = [v.name for v in lab.LAB_VARS if f"`{v.name}`" not in doc]
+    missing = [v.name for v in lab.lab_vars() if f"`{v.name}`" not in doc]
     assert missing == [], f"docs/lab.md does not explain {missing}"

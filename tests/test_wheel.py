@@ -33,6 +33,7 @@ def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path
         "gpubring/project/versions.yml",
         "gpubring/project/settings.yml",
         "gpubring/project/galaxy.yml",
+        "gpubring/lab/vars.yml",  # the lab's variables: package data, read at `lab up`
     ):
         assert shipped in names, shipped
 

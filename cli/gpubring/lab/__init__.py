@@ -1,0 +1,272 @@
+"""The lab: N systemd test-host containers reached over real SSH on 127.0.0.1 ports.
+
+`gpubring lab up` starts containers named like real nodes (`gpub-cp1`, `gpub-gpu1`, ...) from the
+`gpubring-testhost:DISTRO` image, publishes each one's sshd on its own 127.0.0.1 port, installs a key
+generated for the lab, records the containers' host keys in a lab known_hosts file (host key checking
+stays on) and writes an ordinary inventory folder, so that `gpubring up inventories/lab` goes over SSH
+exactly as it does against servers.
+
+What a container cannot do (load kernel modules, reboot, see a GPU) is said in the generated group_vars
+through the roles' own variables (vars.yml in this package, the one list to extend); roles carry no lab
+branches.
+
+The parts: shape (the asked shape and the plan), docker (engine, image, network, containers, through
+the Docker CLI), variables (vars.yml and the facts `lab up` finds out), inventory (hosts.yml,
+known_hosts, group_vars, the marker), wait (systemd and SSH). This module holds the verbs (up, status,
+down) and names what the command, the tests and the benchmarks use. Nothing here imports the Docker
+SDK, ansible or ansible_runner.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpubring.lab.docker import (
+    LABEL_GROUPS,
+    LABEL_INVENTORY,
+    LABEL_PREFIX,
+    configure_node,
+    docker,
+    engine_answers,
+    ensure_engine,
+    ensure_image,
+    ensure_network,
+    inventory_prefixes,
+    lab_containers,
+    parse_inspect,
+    published_ports,
+    remove_network,
+    run_container,
+)
+from gpubring.lab.inventory import (
+    MARKER,
+    LabPaths,
+    check_inventory_dir,
+    check_ownership,
+    ensure_key,
+    known_hosts_lines,
+    read_marker,
+    render_hosts,
+    resolve_prefix,
+    write_inventory,
+)
+from gpubring.lab.shape import (
+    DEFAULT_INVENTORY_DIR,
+    DEFAULT_PREFIX,
+    DISTROS,
+    GROUP_CONTROL_PLANE,
+    GROUP_CPU,
+    GROUP_GPU,
+    Container,
+    LabError,
+    LabInputError,
+    LabPlan,
+    LabSpec,
+    Node,
+    PlannedNode,
+    allocate_ports,
+    lab_nodes,
+    plan_lab,
+    port_is_free,
+    spec_problems,
+)
+from gpubring.lab.variables import (
+    DEBIAN_KERNEL,
+    LabFact,
+    LabVar,
+    declared_variables,
+    lab_facts,
+    lab_group_vars,
+    lab_vars,
+    needed_facts,
+)
+from gpubring.lab.wait import ssh_answers, wait_for_ssh, wait_for_systemd
+
+__all__ = [
+    "DEBIAN_KERNEL",
+    "DEFAULT_INVENTORY_DIR",
+    "DEFAULT_PREFIX",
+    "DISTROS",
+    "LABEL_GROUPS",
+    "LABEL_INVENTORY",
+    "LABEL_PREFIX",
+    "MARKER",
+    "Container",
+    "LabError",
+    "LabFact",
+    "LabInputError",
+    "LabPaths",
+    "LabPlan",
+    "LabSpec",
+    "LabStatus",
+    "LabVar",
+    "Node",
+    "PlannedNode",
+    "allocate_ports",
+    "check_inventory_dir",
+    "check_ownership",
+    "declared_variables",
+    "down",
+    "ensure_key",
+    "find_prefix",
+    "known_hosts_lines",
+    "lab_facts",
+    "lab_group_vars",
+    "lab_nodes",
+    "lab_vars",
+    "needed_facts",
+    "parse_inspect",
+    "plan_lab",
+    "port_is_free",
+    "read_marker",
+    "render_hosts",
+    "resolve_prefix",
+    "setup_node",
+    "spec_problems",
+    "status",
+    "up",
+    "write_inventory",
+]
+
+
+def find_prefix(prefix: str | None, inventory_dir: Path) -> str | None:
+    """The lab `status` and `down` act on: the prefix asked for, else the folder's lab's, else the lab
+    whose containers were made for this folder, else the default lab when this is its folder, else None
+    (never another folder's lab)."""
+    if prefix:
+        return prefix
+    marker = read_marker(inventory_dir)
+    recorded = marker.get("prefix") if marker else None
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    if engine_answers():
+        found = inventory_prefixes(inventory_dir)
+        if len(found) == 1:
+            return found.pop()
+    if inventory_dir.resolve() == DEFAULT_INVENTORY_DIR.resolve():
+        return DEFAULT_PREFIX
+    return None
+
+
+def setup_node(planned: PlannedNode, public_key: str, kernel: str | None = None) -> list[str]:
+    """Wait for systemd, install the lab key (and a kernel), return the node's host public keys."""
+    wait_for_systemd(planned.node.name)
+    return configure_node(planned.node.name, public_key, kernel)
+
+
+# --- the verbs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    name: str
+    group: str
+    state: str
+    port: int | None
+    ssh: bool | None  # None: not asked (not running, or no lab key)
+
+
+def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 120) -> LabPlan:
+    """Bring the lab to the asked shape and write its inventory; idempotent."""
+    problems = spec_problems(spec)
+    if problems:
+        raise LabInputError("\n".join(problems))
+    check_inventory_dir(spec)
+    ensure_engine(out)
+    ensure_image(spec, out)
+    declared = declared_variables()
+    facts = lab_facts(spec, needed_facts(declared, spec.distro), read_marker(spec.inventory_dir), out)
+    existing = lab_containers(spec.prefix)
+    check_ownership(spec, existing)
+    plan = plan_lab(spec, existing, published_ports())
+    for name in plan.remove:
+        out(f"remove {name} (not in the asked shape)")
+        docker("rm", "-f", "-v", name)
+    ensure_network(spec)
+    for p in plan.nodes:
+        if p.action == "create":
+            out(f"create {p.node.name} ({','.join(p.node.groups)}) ssh 127.0.0.1:{p.port}")
+            run_container(spec, p)
+        elif p.action == "start":
+            out(f"start {p.node.name} ssh 127.0.0.1:{p.port}")
+            docker("start", p.node.name)
+        else:
+            out(f"reuse {p.node.name} ssh 127.0.0.1:{p.port}")
+    paths = LabPaths(spec.inventory_dir)
+    public_key = ensure_key(paths, spec.prefix)
+    kernel = facts.get(DEBIAN_KERNEL.name)
+    gpu = [p.node.name for p in plan.nodes if GROUP_GPU in p.node.groups and p.action == "create"]
+    if kernel and gpu:
+        out(f"kernel: installing linux-image-{kernel} on {', '.join(gpu)} (containers have no kernel)")
+
+    def setup(p: PlannedNode) -> list[str]:
+        return setup_node(p, public_key, kernel if GROUP_GPU in p.node.groups else None)
+
+    with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
+        keys = list(pool.map(setup, plan.nodes))
+    host_keys = {p.port: k for p, k in zip(plan.nodes, keys, strict=True)}
+    left_out = write_inventory(spec, plan.nodes, host_keys, declared, facts)
+    if left_out:
+        out("lab variables no role declares yet (not written): " + ", ".join(left_out))
+    deadline = time.monotonic() + ssh_timeout
+
+    def reachable(p: PlannedNode) -> None:
+        wait_for_ssh(paths, p.port, max(5.0, deadline - time.monotonic()))
+
+    with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
+        list(pool.map(reachable, plan.nodes))
+    out(f"lab {spec.prefix}: {len(plan.nodes)} nodes answer SSH; inventory {spec.inventory_dir}")
+    return plan
+
+
+def status(prefix: str, inventory_dir: Path) -> list[LabStatus]:
+    """The lab's containers and whether each answers SSH; empty when there is no lab."""
+    if not engine_answers():
+        return []
+    containers = lab_containers(prefix)
+    paths = LabPaths(inventory_dir)
+    can_ssh = paths.key.is_file() and paths.known_hosts.is_file()
+
+    def one(c: Container) -> LabStatus:
+        ssh = ssh_answers(paths, c.port) if (can_ssh and c.state == "running" and c.port) else None
+        return LabStatus(c.name, c.groups[0] if c.groups else "?", c.state, c.port, ssh)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        rows = list(pool.map(one, containers))
+    return sorted(rows, key=lambda r: (_GROUP_ORDER.get(r.group, 9), _natural(r.name)))
+
+
+_GROUP_ORDER = {GROUP_CONTROL_PLANE: 0, GROUP_GPU: 1, GROUP_CPU: 2}
+
+
+def _natural(name: str) -> tuple[str | int, ...]:
+    """gpu2 before gpu10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def down(prefix: str, inventory_dir: Path, out: Callable[[str], None] = print) -> None:
+    """Remove the lab's containers, network, key and generated inventory; fine when none exist."""
+    if engine_answers():
+        containers = lab_containers(prefix)
+        if containers:
+            out(f"remove {', '.join(c.name for c in containers)}")
+            docker("rm", "-f", "-v", *(c.name for c in containers))
+        remove_network(prefix)
+    else:
+        out("no Docker engine answers: no containers to remove")
+    marker = read_marker(inventory_dir)
+    if marker is None:
+        if inventory_dir.exists():
+            out(f"{inventory_dir}: not a lab inventory (no {MARKER}); left alone")
+        return
+    if marker.get("prefix") not in (None, prefix):
+        out(f"{inventory_dir}: holds lab {marker.get('prefix')!r}, not {prefix!r}; left alone")
+        return
+    shutil.rmtree(inventory_dir)
+    out(f"removed {inventory_dir} (inventory, lab key, known_hosts, run history)")

@@ -1,0 +1,233 @@
+"""Docker through its CLI (subprocess): the engine, the image, the lab's network and containers, and
+what runs inside them. Nothing here imports the Docker SDK."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gpubring.lab.shape import Container, LabError, LabSpec, PlannedNode
+from gpubring.paths import project_root
+
+# Labels on every lab container: which lab it belongs to and which inventory groups it is in.
+LABEL_PREFIX = "io.gpubring.lab.prefix"
+LABEL_GROUPS = "io.gpubring.lab.groups"
+LABEL_INVENTORY = "io.gpubring.lab.inventory"
+
+# The container options DESIGN.md gives for systemd as PID 1 without --privileged.
+SYSTEMD_RUN_OPTIONS: tuple[str, ...] = (
+    "--cap-add", "SYS_ADMIN",
+    "--cap-add", "NET_ADMIN",
+    "--security-opt", "seccomp=unconfined",
+    "--cgroupns=host",
+    "-v", "/sys/fs/cgroup:/sys/fs/cgroup:rw",
+    "--tmpfs", "/run",
+    "--tmpfs", "/run/lock",
+    "--stop-signal", "SIGRTMIN+3",  # systemd's clean shutdown signal
+    "-e", "container=docker",
+)  # fmt: skip
+SYSTEMD_COMMAND = "/lib/systemd/systemd"
+
+_PORT_RE = re.compile(r"127\.0\.0\.1:(\d+)->")
+
+
+def run_command(
+    argv: Sequence[str], *, input_text: str | None = None, timeout: float = 120, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run a command (docker, ssh, ssh-keygen); LabError when it is missing, hangs or (with check) fails."""
+    try:
+        proc = subprocess.run(
+            list(argv), input=input_text, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except FileNotFoundError:
+        raise LabError(f"{argv[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise LabError(f"`{shlex.join(argv[:4])} ...` did not finish within {timeout:.0f}s") from None
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise LabError(f"`{shlex.join(argv[:6])}` failed (exit {proc.returncode}): " + " | ".join(detail))
+    return proc
+
+
+def docker(*args: str, input_text: str | None = None, timeout: float = 120, check: bool = True) -> str:
+    return run_command(["docker", *args], input_text=input_text, timeout=timeout, check=check).stdout
+
+
+def engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = run_command(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=30, check=False)
+    except LabError:
+        return False
+    return proc.returncode == 0
+
+
+def ensure_engine(out: Callable[[str], None]) -> None:
+    """scripts/engine.sh (installs and starts dockerd when needed), else insist that one answers."""
+    script = project_root() / "scripts" / "engine.sh"
+    if script.is_file():
+        proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip()
+            raise LabError(f"no Docker engine: scripts/engine.sh failed: {detail}")
+        lines = proc.stdout.strip().splitlines()
+        out(lines[-1] if lines else "engine: Docker answers")
+        return
+    if not engine_answers():
+        raise LabError("no Docker engine answers, and no scripts/engine.sh (a checkout's) to start one")
+    out("engine: Docker answers")
+
+
+def ensure_image(spec: LabSpec, out: Callable[[str], None]) -> None:
+    """molecule/images/build.sh DISTRO (rebuilds only when the recipe changed), else insist on the image."""
+    script = project_root() / "molecule" / "images" / "build.sh"
+    if script.is_file():
+        out(f"image: {spec.image} (molecule/images/build.sh {spec.distro})")
+        proc = subprocess.run(["bash", str(script), spec.distro], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-10:]
+            raise LabError(f"building {spec.image} failed:\n" + "\n".join(tail))
+        return
+    if run_command(["docker", "image", "inspect", spec.image], check=False).returncode != 0:
+        raise LabError(f"image {spec.image} is missing, and no molecule/images/build.sh (a checkout's)")
+
+
+def _groups_label(value: str | None) -> tuple[str, ...]:
+    return tuple(g for g in (value or "").split(",") if g)
+
+
+def parse_inspect(data: Sequence[Mapping[str, Any]]) -> list[Container]:
+    """Containers from `docker inspect` JSON."""
+    out: list[Container] = []
+    for item in data:
+        labels = (item.get("Config") or {}).get("Labels") or {}
+        bindings = ((item.get("HostConfig") or {}).get("PortBindings") or {}).get("22/tcp") or []
+        port = next((int(b["HostPort"]) for b in bindings if str(b.get("HostPort", "")).isdigit()), None)
+        out.append(
+            Container(
+                name=str(item.get("Name", "")).lstrip("/"),
+                state=str((item.get("State") or {}).get("Status", "unknown")),
+                image=str((item.get("Config") or {}).get("Image", "")),
+                groups=_groups_label(labels.get(LABEL_GROUPS)),
+                port=port,
+                inventory=str(labels.get(LABEL_INVENTORY) or ""),
+                prefix=str(labels.get(LABEL_PREFIX) or ""),
+            )
+        )
+    return sorted(out, key=lambda c: c.name)
+
+
+def lab_containers(prefix: str) -> list[Container]:
+    ids = docker("ps", "-aq", "--filter", f"label={LABEL_PREFIX}={prefix}").split()
+    if not ids:
+        return []
+    return parse_inspect(json.loads(docker("inspect", *ids)))
+
+
+def inventory_prefixes(inventory_dir: Path) -> set[str]:
+    """The prefixes of the labs whose containers were made for this inventory folder."""
+    here = str(inventory_dir.resolve())
+    ids = docker("ps", "-aq", "--filter", f"label={LABEL_INVENTORY}={here}").split()
+    return {c.prefix for c in parse_inspect(json.loads(docker("inspect", *ids)))} if ids else set()
+
+
+def published_ports() -> set[int]:
+    """127.0.0.1 ports that any container publishes (taken even when no proxy binds them)."""
+    text = docker("ps", "-a", "--format", "{{.Ports}}")
+    return {int(m) for m in _PORT_RE.findall(text)}
+
+
+def ensure_network(spec: LabSpec) -> None:
+    """A network per lab, so that the nodes resolve each other by name as servers do through DNS."""
+    if run_command(["docker", "network", "inspect", spec.network], check=False).returncode != 0:
+        docker("network", "create", "--label", f"{LABEL_PREFIX}={spec.prefix}", spec.network)
+
+
+def remove_network(prefix: str) -> None:
+    """The lab's network, when there is one."""
+    if run_command(["docker", "network", "inspect", f"{prefix}-lab"], check=False).returncode == 0:
+        docker("network", "rm", f"{prefix}-lab")
+
+
+def run_container(spec: LabSpec, planned: PlannedNode) -> None:
+    node = planned.node
+    docker(
+        "run", "-d",
+        "--name", node.name,
+        "--hostname", node.name,
+        "--network", spec.network,
+        "--label", f"{LABEL_PREFIX}={spec.prefix}",
+        "--label", f"{LABEL_GROUPS}={','.join(node.groups)}",
+        "--label", f"{LABEL_INVENTORY}={spec.inventory_dir.resolve()}",
+        *SYSTEMD_RUN_OPTIONS,
+        "-p", f"127.0.0.1:{planned.port}:22",
+        spec.image,
+        SYSTEMD_COMMAND,
+    )  # fmt: skip
+
+
+# Run in each container: the lab key as root's only authorized key, sshd running with the host keys the
+# image's first-boot unit generated (each container its own; made here if that unit has not), then the
+# host public keys on stdout.
+_NODE_SETUP = r"""
+set -eu
+umask 077
+mkdir -p /root/.ssh
+cat > /root/.ssh/authorized_keys
+if [ ! -s /etc/ssh/ssh_host_ed25519_key.pub ]; then
+  ssh-keygen -A >/dev/null
+  systemctl restart ssh.service
+fi
+systemctl is-active --quiet ssh.service || systemctl start ssh.service
+cat /etc/ssh/ssh_host_*_key.pub
+"""
+
+
+# A server has its distribution's kernel installed; a container boots none and runs the machine's.
+# GPU nodes get Debian's kernel package (the one the archive carries, DEBIAN_KERNEL), so that the
+# driver role builds its DKMS modules and the initramfs for a kernel that is really installed.
+_INSTALL_KERNEL = r"""
+set -eu
+k="$1"
+[ -e "/boot/vmlinuz-$k" ] && exit 0
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "linux-image-$k" >/dev/null
+test -e "/boot/vmlinuz-$k"
+"""
+
+
+def configure_node(name: str, public_key: str, kernel: str | None = None) -> list[str]:
+    """Install the lab key (and a kernel) in a booted container; return its host public keys."""
+    text = docker("exec", "-i", name, "sh", "-c", _NODE_SETUP, input_text=public_key + "\n")
+    keys = [line for line in text.splitlines() if line.strip()]
+    if not keys:
+        raise LabError(f"{name}: no SSH host keys in /etc/ssh")
+    if kernel:
+        proc = run_command(
+            ["docker", "exec", name, "sh", "-c", _INSTALL_KERNEL, "kernel", kernel], timeout=1200, check=False
+        )
+        if proc.returncode != 0:
+            raise LabError(
+                f"{name}: installing linux-image-{kernel} failed (the archive may have moved on: "
+                f"`gpubring lab down` and `lab up` again): {(proc.stderr or proc.stdout).strip()[-500:]}"
+            )
+    return keys
+
+
+def debian_kernel(image: str) -> str:
+    """The kernel ABI whose headers Debian's archive carries for the image's release (a throwaway
+    container asks apt; the lab's nodes are not touched)."""
+    script = 'apt-get update -qq >/dev/null && apt-cache depends "linux-headers-$(dpkg --print-architecture)"'
+    text = docker("run", "--rm", image, "sh", "-c", script, timeout=600)
+    match = re.search(r"Depends:\s*linux-headers-(\S+)", text)
+    if match is None:
+        raise LabError(f"{image}: cannot tell which kernel headers the archive carries:\n{text.strip()}")
+    return match.group(1)
