@@ -1,11 +1,9 @@
-"""Shared by the rendering tests: ansible-playbook runs on this machine, kubernetes-validate's schemas."""
+"""Shared by the rendering tests: a play run on this machine, kubernetes-validate's schemas (the light
+helpers, ansible_playbook among them, are in helpers.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,30 +11,8 @@ from typing import Any
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
-from gpubring import paths
 from gpubring.inventory import Inventory
-
-
-def ansible_playbook(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    """The venv's ansible-playbook, run from the repository with its ansible.cfg and the collection."""
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(paths.project_root() / "ansible.cfg"),
-        "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
-        "ANSIBLE_CACHE_PLUGIN": "memory",
-        "ANSIBLE_LOCALHOST_WARNING": "false",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
-        "ANSIBLE_NOCOLOR": "1",
-    }
-    return subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), *map(str, args)],
-        cwd=paths.project_root(),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from helpers import ansible_playbook
 
 
 def run_play(playbook: Path, inventory: Path, extra: Mapping[str, Any]) -> None:

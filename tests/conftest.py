@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 SAMPLE_INVENTORY = REPO / "inventories" / "prod"
 
 

@@ -32,14 +32,14 @@ import upstream
 from _render import schema_version
 from gpubring.inventory import Inventory, load_inventory
 from gpubring.releases import Release, plan_releases
+from helpers import DATA, REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data" / "inventories"
+TEST_INVENTORIES = DATA / "inventories"
 INVENTORIES = {
-    "prod": ROOT / "inventories" / "prod",
-    "mig-timeslicing": DATA / "mig-timeslicing",
-    "dra-kueue-rdma": DATA / "dra-kueue-rdma",
-    "all-on": DATA / "all-on",
+    "prod": REPO / "inventories" / "prod",
+    "mig-timeslicing": TEST_INVENTORIES / "mig-timeslicing",
+    "dra-kueue-rdma": TEST_INVENTORIES / "dra-kueue-rdma",
+    "all-on": TEST_INVENTORIES / "all-on",
 }
 EVERY_RELEASE = {
     "gpu-operator",

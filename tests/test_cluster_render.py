@@ -38,11 +38,11 @@ import pytest
 import yaml
 from packaging.version import Version
 
-from _render import ansible_playbook, run_play, schema_version
+from _render import run_play, schema_version
 from gpubring import paths, releases
 from gpubring.inventory import Inventory, InventoryError, load_inventory
+from helpers import REPO, ansible_playbook
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "inventories" / "prod"
 ROLES = REPO / "roles"
 CLUSTER_ROLES = ("kubernetes_packages", "kubeadm_control_plane", "kubeadm_join", "cni", "node_labels")
@@ -219,7 +219,7 @@ def cni_release(inv: Inventory, release_id: str) -> releases.Release | None:
     """A cni release rendered by the helm role's engine as `gpubring plan` renders the platform's."""
     host = inv.groups["control_plane"][0]
     variables = releases.host_variables(inv, host, ("helm", "cni"))
-    return releases._release("cni", release_id, variables, variables["helm_release_defaults"])
+    return releases.render_release("cni", release_id, variables, variables["helm_release_defaults"])
 
 
 # -- kubeadm configuration -------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
-SAMPLE = ROOT / "inventories" / "prod"
+from helpers import BIN, REPO
+
+SAMPLE = REPO / "inventories" / "prod"
 
 
 def _tool(name: str) -> str:
@@ -35,11 +35,11 @@ def ee_context(tmp_path_factory: pytest.TempPathFactory) -> Path:
             _tool("ansible-builder"),
             "create",
             "-f",
-            str(ROOT / "execution-environment.yml"),
+            str(REPO / "execution-environment.yml"),
             "-c",
             str(context),
         ],
-        cwd=ROOT,
+        cwd=REPO,
         check=True,
         capture_output=True,
         text=True,
@@ -107,8 +107,8 @@ def test_plain_ansible_gets_defaults_and_matrix_from_the_installed_collection(
     assert "gpubring_cluster_name: prod-gpu" in (inventory / "group_vars" / "all" / "cluster.yml").read_text()
     overrides = {"gpubring_versions": {"kubernetes": {"version": "1.34.9"}}}
     (inventory / "group_vars" / "all" / "versions.yml").write_text(yaml.safe_dump(overrides))
-    pins = yaml.safe_load((ROOT / "versions.yml").read_text())["gpubring_versions"]
-    settings = yaml.safe_load((ROOT / "settings.yml").read_text())["options"]
+    pins = yaml.safe_load((REPO / "versions.yml").read_text())["gpubring_versions"]
+    settings = yaml.safe_load((REPO / "settings.yml").read_text())["options"]
     host = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     env = {
         "PATH": os.environ["PATH"],

@@ -7,7 +7,6 @@ nobody answers for (unreachable).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ from gpubring.events import (
     TaskStart,
 )
 from gpubring.exitcodes import ExitCode
+from helpers import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "events" / "mixed.jsonl"
+FIXTURE = FIXTURES / "events" / "mixed.jsonl"
 
 
 @pytest.fixture(scope="module")

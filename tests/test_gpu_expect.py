@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from _collection import module_utils
+from helpers import HW, module_utils
 
-HW = Path(__file__).parent / "fixtures" / "hw"
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hw"
 
 E = module_utils("gpu_expect")

@@ -4,7 +4,6 @@ mode, and on a fake sysfs tree through its ``root`` option; plus its documentati
 from __future__ import annotations
 
 import ast
-import importlib
 import json
 import os
 import re
@@ -12,38 +11,25 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from gpubring.paths import collections_path, project_root
+from gpubring.paths import project_root
+from helpers import BIN, collection_env, module_utils
 
-BIN = Path(sys.executable).parent
 # Managed hosts run their own python3 (3.10 or newer), not the controller's venv.
 TARGET_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
-def _module_utils(name: str) -> ModuleType:
-    """Import a module_utils file the way Ansible does, through the collection path."""
-    path = str(collections_path())
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return importlib.import_module("ansible_collections.gpubring.core.plugins.module_utils." + name)
-
-
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    env.update(
-        {
-            "ANSIBLE_COLLECTIONS_PATH": str(collections_path()),
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "local-tmp"),
-            "ANSIBLE_REMOTE_TMP": str(tmp_path / "remote-tmp"),
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_HOST_KEY_CHECKING": "False",
-        }
+    return collection_env(
+        {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")},
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "local-tmp"),
+        ANSIBLE_REMOTE_TMP=str(tmp_path / "remote-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_HOST_KEY_CHECKING="False",
     )
-    return env
 
 
 def run_module(tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -138,7 +124,7 @@ def test_host_state_matches_this_machine(facts_here: dict[str, Any]) -> None:
 @pytest.mark.skipif(shutil.which("lspci") is None, reason="pciutils is not installed")
 def test_lspci_and_sysfs_agree_here() -> None:
     """Two independent sources on a real machine: ``lspci -Dnn`` parsed, and sysfs read."""
-    parsers = _module_utils("gpu_parsers")
+    parsers = module_utils("gpu_parsers")
     listed = subprocess.run(["lspci", "-Dnn"], capture_output=True, text=True, check=True).stdout
     from_lspci = {
         (d["pci_address"], d["vendor_id"], d["device_id"], d["class_id"]) for d in parsers.parse_lspci(listed)

@@ -9,10 +9,7 @@ from typing import Any
 
 import pytest
 
-from _collection import module_utils
-
-HW = Path(__file__).parent / "fixtures" / "hw"
-
+from helpers import HW, REPO, module_utils
 
 P = module_utils("gpu_parsers")
 C = module_utils("gpu_collect")
@@ -25,7 +22,7 @@ def fixture(relative: str) -> str:
 def test_module_utils_come_from_the_collection_path() -> None:
     assert (
         Path(P.__file__).resolve()
-        == (Path(__file__).parent.parent / "plugins/module_utils/gpu_parsers.py").resolve()
+        == (REPO / "plugins/module_utils/gpu_parsers.py").resolve()
     )
     assert P.__name__.startswith("ansible_collections.gpubring.core.")
 

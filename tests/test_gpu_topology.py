@@ -4,15 +4,11 @@ A100 node (lscpu, 8 nodes in NPS4, SMT on)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from _collection import module_utils
-
-HW = Path(__file__).parent / "fixtures" / "hw"
-
+from helpers import HW, module_utils
 
 P = module_utils("gpu_parsers")
 T = module_utils("gpu_topology")

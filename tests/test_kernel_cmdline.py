@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from _render import ansible_playbook
+from helpers import REPO, ansible_playbook
 
-ROOT = Path(__file__).resolve().parents[1]
 DROPINS = {
     "kernel": ("roles/kernel/templates/etc/default/grub.d/gpubring.cfg.j2", "__kernel_cmdline_all"),
     "rdma": ("roles/rdma/templates/etc/default/grub.d/gpubring-rdma.cfg.j2", "__rdma_cmdline_all"),
@@ -41,7 +40,7 @@ def _render(tmp_path: Path, role: str, args: list[str]) -> Path:
             "tasks": [
                 {
                     "ansible.builtin.template": {
-                        "src": str(ROOT / template),
+                        "src": str(REPO / template),
                         "dest": str(out),
                         "mode": "0644",
                     },

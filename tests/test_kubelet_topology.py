@@ -6,37 +6,26 @@ its FQCN inside a real Ansible run."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from gpubring.inventory import InventoryError, load_inventory
-from gpubring.paths import collections_path, project_root
+from gpubring.paths import project_root
+from helpers import BIN, HW, collection_env, collection_module
 
-HW = Path(__file__).parent / "fixtures" / "hw"
 MI = 2**20
 
 
-def _collection_module(name: str) -> ModuleType:
-    path = str(collections_path())
-    if path not in sys.path:
-        sys.path.insert(0, path)
-    return importlib.import_module("ansible_collections.gpubring.core.plugins." + name)
-
-
-P = _collection_module("module_utils.gpu_parsers")
-T = _collection_module("module_utils.gpu_topology")
+P = collection_module("module_utils.gpu_parsers")
+T = collection_module("module_utils.gpu_topology")
 FILTERS: dict[str, Callable[..., Any]] = (
-    _collection_module("filter.kubelet_topology").FilterModule().filters()
+    collection_module("filter.kubelet_topology").FilterModule().filters()
 )
 numa_settings = FILTERS["kubelet_numa_settings"]
 memory_problems = FILTERS["kubelet_reserved_memory_problems"]
@@ -237,13 +226,11 @@ def test_filter_by_fqcn_in_ansible(tmp_path: Path) -> None:
         {"id": 1, "cpus": [4, 5], "cores": None},
     ]
     expr = "{{ layout | gpubring.core.kubelet_numa_settings(1, {'memory': '1Gi'}, {'memory': '1Gi'}) }}"
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
+    env = collection_env(
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="json",
     )
-    ansible = Path(sys.executable).parent / "ansible"
+    ansible = BIN / "ansible"
     result = subprocess.run(
         [str(ansible), "localhost", "-m", "ansible.builtin.debug", "-a", f"msg={expr}",
          "-e", json.dumps({"layout": layout})],

@@ -16,9 +16,7 @@ from typer.testing import CliRunner
 
 from gpubring import lab
 from gpubring.commands import lab as lab_command
-
-REPO = Path(__file__).resolve().parent.parent
-
+from helpers import REPO
 
 # Never the default prefix: `lab down` in these tests must not touch a user's lab.
 PREFIX = "gpubunit"
@@ -38,25 +36,29 @@ def _container(
 # --- names and shapes -----------------------------------------------------------------------------
 
 
-def test_default_lab_is_one_control_plane_and_two_gpu_nodes() -> None:
-    nodes = lab.lab_nodes(lab.LabSpec())
-    assert [(n.name, n.groups) for n in nodes] == [
-        ("gpub-cp1", ("control_plane",)),
-        ("gpub-gpu1", ("gpu_nodes",)),
-        ("gpub-gpu2", ("gpu_nodes",)),
-    ]
+CP, GPU, CPU = ("control_plane",), ("gpu_nodes",), ("cpu_nodes",)
 
 
-def test_shape_with_cpu_nodes_and_three_control_planes() -> None:
-    nodes = lab.lab_nodes(lab.LabSpec(prefix="t", nodes=6, control_planes=3, cpu_nodes=1))
-    assert [n.name for n in nodes] == ["t-cp1", "t-cp2", "t-cp3", "t-gpu1", "t-gpu2", "t-cpu1"]
-    assert [n.group for n in nodes] == ["control_plane"] * 3 + ["gpu_nodes"] * 2 + ["cpu_nodes"]
-
-
-def test_single_node_lab_is_control_plane_and_gpu_node() -> None:
-    (node,) = lab.lab_nodes(lab.LabSpec(nodes=1))
-    assert node.name == "gpub-cp1"
-    assert node.groups == ("control_plane", "gpu_nodes")
+@pytest.mark.parametrize(
+    ("spec", "nodes"),
+    [
+        pytest.param(
+            lab.LabSpec(), [("gpub-cp1", CP), ("gpub-gpu1", GPU), ("gpub-gpu2", GPU)], id="default-1cp-2gpu"
+        ),
+        pytest.param(
+            lab.LabSpec(prefix="t", nodes=6, control_planes=3, cpu_nodes=1),
+            [("t-cp1", CP), ("t-cp2", CP), ("t-cp3", CP), ("t-gpu1", GPU), ("t-gpu2", GPU), ("t-cpu1", CPU)],
+            id="3cp-2gpu-1cpu",
+        ),
+        # With no dedicated GPU node the control plane is a GPU node too (all in one).
+        pytest.param(lab.LabSpec(nodes=1), [("gpub-cp1", CP + GPU)], id="single-node"),
+    ],
+)
+def test_lab_nodes_are_named_and_grouped_like_real_nodes(
+    spec: lab.LabSpec, nodes: list[tuple[str, tuple[str, ...]]]
+) -> None:
+    assert [(n.name, n.groups) for n in lab.lab_nodes(spec)] == nodes
+    assert [n.group for n in lab.lab_nodes(spec)] == [groups[0] for _, groups in nodes]
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "cli" / "gpubring"
+from helpers import REPO
+
+PACKAGE = REPO / "cli" / "gpubring"
 LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events", "gpubring.runopts")
 
 

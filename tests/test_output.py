@@ -6,22 +6,21 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from rich.console import Console
 
 from gpubring.events import HostResult, PlayStart, TaskStart
 from gpubring.view import RunView
+from helpers import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "inventories" / "prod"
+SAMPLE = REPO / "inventories" / "prod"
 GPUBRING = [sys.executable, "-m", "gpubring"]
 
 
 def test_a_reader_that_leaves_early_is_not_an_error() -> None:
     proc = subprocess.Popen(
-        [*GPUBRING, "plan", str(SAMPLE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
+        [*GPUBRING, "plan", str(SAMPLE)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO
     )
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()
@@ -37,8 +36,8 @@ def test_tables_are_not_wrapped_without_a_terminal() -> None:
         [*GPUBRING, "versions", str(SAMPLE)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "HOME": str(ROOT)},
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(REPO)},
         check=False,
     )
     assert done.returncode == 0, done.stderr

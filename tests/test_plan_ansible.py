@@ -13,8 +13,8 @@ import pytest
 
 from gpubring import releases
 from gpubring.inventory import load_inventory
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 INVENTORIES = [
     REPO / "inventories" / "prod",
     REPO / "tests" / "data" / "inventories" / "mig-timeslicing",
@@ -27,14 +27,14 @@ def test_the_pruned_inventory_renders_what_the_whole_one_does(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     inv = load_inventory(root)
-    releases._session.cache_clear()
+    releases.ansible_session.cache_clear()
     pruned_vars = releases.host_variables(inv)
     pruned = releases.plan_releases(inv)
-    releases._session.cache_clear()
-    monkeypatch.setattr(releases, "_pruned_hosts", lambda *_: None)  # Ansible reads all of hosts.yml
+    releases.ansible_session.cache_clear()
+    monkeypatch.setattr(releases, "pruned_hosts", lambda *_: None)  # Ansible reads all of hosts.yml
     whole_vars = releases.host_variables(inv)
     whole = releases.plan_releases(inv)
-    releases._session.cache_clear()
+    releases.ansible_session.cache_clear()
     assert pruned == whole
     for key in ("groups", "group_names", "inventory_hostname", "inventory_dir", "gpubring_matrix"):
         assert pruned_vars[key] == whole_vars[key], key
@@ -56,8 +56,6 @@ def test_rendering_puts_the_lookup_loader_back() -> None:
 def test_groups_are_ansibles_own_for_hosts_under_all_and_nested_groups(tmp_path: Path) -> None:
     """Hosts directly under `all` (ungrouped), a host in two groups, nested children: the pruned
     inventory gives the same `groups` as Ansible reading the whole file."""
-    from gpubring.releases import _pruned_hosts, _session
-
     hosts = tmp_path / "hosts.yml"
     hosts.write_text(
         "all:\n"
@@ -68,13 +66,13 @@ def test_groups_are_ansibles_own_for_hosts_under_all_and_nested_groups(tmp_path:
         "      children:\n        a100:\n          hosts:\n            gpu-2:\n            gpu-1:\n"
         "    control_plane:\n      hosts:\n        cp-2:\n        cp-1:\n        gpu-1:\n"
     )
-    _session.cache_clear()
-    pruned = _session(str(hosts), str(tmp_path), "cp-2", ("helm",), ()).variables["groups"]
-    assert _pruned_hosts(hosts, "cp-2") is not None
-    _session.cache_clear()
+    releases.ansible_session.cache_clear()
+    pruned = releases.ansible_session(str(hosts), str(tmp_path), "cp-2", ("helm",), ()).variables["groups"]
+    assert releases.pruned_hosts(hosts, "cp-2") is not None
+    releases.ansible_session.cache_clear()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(releases, "_pruned_hosts", lambda *_: None)
-        whole = _session(str(hosts), str(tmp_path), "cp-2", ("helm",), ()).variables["groups"]
-    _session.cache_clear()
+        mp.setattr(releases, "pruned_hosts", lambda *_: None)
+        whole = releases.ansible_session(str(hosts), str(tmp_path), "cp-2", ("helm",), ()).variables["groups"]
+    releases.ansible_session.cache_clear()
     assert pruned == whole
     assert whole["ungrouped"] == ["lone-1", "lone-2"]

@@ -16,11 +16,11 @@ from typer.testing import CliRunner, Result
 
 from gpubring import manifests
 from gpubring.app import app
+from helpers import REPO
 from upstream import builtin_api_versions, upstream_dir
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "inventories" / "prod"
-ALL_ON = ROOT / "tests" / "data" / "inventories" / "all-on"
+SAMPLE = REPO / "inventories" / "prod"
+ALL_ON = REPO / "tests" / "data" / "inventories" / "all-on"
 KUBERNETES = "1.34.2"  # the pin of both inventories
 
 # The files of all-on and, in each, kinds its chart or gpubring's objects must bring.
@@ -189,5 +189,5 @@ def test_plan_without_manifests_never_imports_helm_python() -> None:
         "assert result.exit_code == 0, result.output\n"
         "print('helm_python' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip().splitlines()[-1] == "False"

@@ -32,8 +32,8 @@ from gpubring.releases import (
     render_template,
     role_releases,
 )
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 INVENTORIES = {
     "prod": REPO / "inventories" / "prod",
     "mig-timeslicing": REPO / "tests" / "data" / "inventories" / "mig-timeslicing",

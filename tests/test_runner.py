@@ -17,8 +17,8 @@ from gpubring.events import Event, TaskStart
 from gpubring.exitcodes import ExitCode
 from gpubring.phases import PHASES
 from gpubring.runopts import RunOptions
+from helpers import DATA
 
-DATA = Path(__file__).parent / "data"
 PLAYBOOKS = DATA / "playbooks"
 
 
@@ -183,7 +183,7 @@ def test_accelerator_choice(tmp_path: Path) -> None:
     # Mitogen's own declaration is read, a maximum too when a release declares one.
     loaders = tmp_path / "loaders.py"
     loaders.write_text("ANSIBLE_VERSION_MIN = (2, 12)\nANSIBLE_VERSION_MAX = (2, 17)\n")
-    assert runner._mitogen_declared_range(loaders) == ((2, 12), (2, 17))
+    assert runner.mitogen_declared_range(loaders) == ((2, 12), (2, 17))
 
 
 def test_plays_of_follows_imports(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from gpubring import events, report, runstore
 from gpubring.app import app
+from helpers import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "events" / "mixed.jsonl"
+FIXTURE = FIXTURES / "events" / "mixed.jsonl"
 START = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)
 
 

@@ -35,8 +35,8 @@ from gpubring import paths, yamlfile
 from gpubring.inventory import load_inventory
 from gpubring.phases import plan_phases
 from gpubring.validation import specs
+from helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "inventories" / "prod"
 GPU_GROUP = "gpu_nodes"
 # Role folders whose files are evaluated by Ansible on the role's hosts (not meta/ or README.md).

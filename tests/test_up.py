@@ -13,11 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from gpubring.app import app
+from gpubring.options import targeted_run_options
+from gpubring.runopts import RunOptions
+from helpers import DATA
 
-DATA = Path(__file__).parent / "data"
 TEST_PHASES = DATA / "phases"
 ALLOWED = "the phases are preflight, host, cluster, platform, verify"
 
@@ -57,6 +60,45 @@ def test_bad_input_exits_2_before_any_host(inventory: Path, args: list[str], mes
     assert message in output
     assert "Traceback" not in output
     assert runs_of(inventory) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param([], RunOptions(), id="defaults"),
+        pytest.param(
+            [
+                *("-l", "gpu-*", "-t", "a,b", "--skip-tags", "c", "-C", "-D", "-e", "k=v", "-e", "{j: 1}"),
+                *("-f", "3", "--json", "r.json", "--no-accelerate", "-vv"),
+            ],
+            RunOptions(
+                extra_vars=({"k": "v"}, {"j": 1}),
+                limit="gpu-*",
+                tags="a,b",
+                skip_tags="c",
+                check=True,
+                diff=True,
+                forks=3,
+                verbosity=2,
+                accelerate=False,
+                json_report=Path("r.json"),
+            ),
+            id="every-option",
+        ),
+    ],
+)
+def test_the_run_options_reach_the_command_as_one_value(args: list[str], expected: RunOptions) -> None:
+    seen: list[RunOptions] = []
+    probe = typer.Typer()
+
+    @probe.command()
+    @targeted_run_options
+    def command(*, run: RunOptions) -> None:
+        seen.append(run)
+
+    result = CliRunner().invoke(probe, args)
+    assert result.exit_code == 0, result.output
+    assert seen == [expected]
 
 
 def test_bad_extra_vars_file_exits_2(inventory: Path, tmp_path: Path) -> None:

@@ -27,11 +27,11 @@ import upstream
 from _render import run_play, schema_version
 from gpubring import releases
 from gpubring.inventory import Inventory, load_inventory
+from helpers import DATA, REPO
 
-REPO = Path(__file__).resolve().parent.parent
 ROLE = REPO / "roles" / "verify"
 SMOKE = ROLE / "templates" / "smoke"
-VARIANTS = Path(__file__).parent / "data" / "inventories"
+VARIANTS = DATA / "inventories"
 INVENTORIES = {
     "prod": REPO / "inventories" / "prod",
     "mig-timeslicing": VARIANTS / "mig-timeslicing",

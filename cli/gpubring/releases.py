@@ -37,13 +37,18 @@ if TYPE_CHECKING:
     from gpubring.inventory import Inventory
 
 __all__ = [
+    "AnsibleSession",
     "LookupRefused",
+    "PrunedHosts",
     "Release",
     "ReleaseRenderError",
     "Variables",
+    "ansible_session",
     "host_variables",
     "plan_releases",
     "platform_roles",
+    "pruned_hosts",
+    "render_release",
     "render_template",
     "role_releases",
 ]
@@ -231,12 +236,12 @@ def _shown(path: Path) -> str:
 
 
 @dataclass(frozen=True)
-class _Pruned:
+class PrunedHosts:
     data: Any  # hosts.yml with only the kept host under each `hosts:`
     members: tuple[tuple[str, str], ...]  # every (group, host) of a `hosts:` section, in file order
 
 
-def _pruned_hosts(hosts_file: Path, keep: str) -> _Pruned | None:
+def pruned_hosts(hosts_file: Path, keep: str) -> PrunedHosts | None:
     """hosts.yml with only `keep` in each `hosts:` (groups, children and vars unchanged) and every
     other host's group, or None when the file is not a plain YAML inventory that names the host (host
     ranges, scripts: Ansible reads it all). Pruned at the node level, so the other hosts' entries are
@@ -273,10 +278,10 @@ def _pruned_hosts(hosts_file: Path, keep: str) -> _Pruned | None:
             loader.dispose()
     except (OSError, yaml.YAMLError):
         return None
-    return _Pruned(_trusted(data), tuple(members))
+    return PrunedHosts(_trusted(data), tuple(members))
 
 
-def _add_other_hosts(inventory: Any, pruned: _Pruned, keep: str) -> None:
+def _add_other_hosts(inventory: Any, pruned: PrunedHosts, keep: str) -> None:
     """Every other host, by name only, in its groups and in the order Ansible would have added it, so
     that the `groups` magic variable is Ansible's own; their variables are never read."""
     data = inventory._inventory
@@ -316,19 +321,22 @@ class _SharedDict(dict[str, Any]):
 
 
 @dataclass(frozen=True)
-class _Session:
+class AnsibleSession:
     loader: Any
     variables: dict[str, Any]
 
 
 @lru_cache(maxsize=8)
-def _session(
+def ansible_session(
     hosts_file: str,
     root: str,
     host: str,
     roles: tuple[str, ...] | None,
     _stamp: tuple[tuple[str, int, int], ...],
-) -> _Session:
+) -> AnsibleSession:
+    """Ansible's loader and the variables of `host` (with `roles`' defaults) for an inventory, read as
+    Ansible reads it, hosts.yml pruned to that host (pruned_hosts). Cached: `_stamp` is the
+    inventory's fingerprint, so an edited inventory is read again."""
     _ansible_ready()
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
@@ -336,7 +344,7 @@ def _session(
     from ansible.playbook.play import Play
     from ansible.vars.manager import VariableManager
 
-    pruned = _pruned_hosts(Path(hosts_file), host)
+    pruned = pruned_hosts(Path(hosts_file), host)
 
     class Loader(DataLoader):  # type: ignore[misc]
         def load_from_file(self, file_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -378,14 +386,14 @@ def _session(
     if isinstance(variables.get("vars"), dict):
         variables["vars"] = _SharedDict({**variables["vars"], "groups": variables["groups"]})
     variables.setdefault("inventory_dir", root)
-    return _Session(loader, variables)
+    return AnsibleSession(loader, variables)
 
 
 class Variables(Mapping[str, Any]):
     """The variables Ansible gives one host in a play of `roles`, each rendered on access by
     Ansible's Templar (lookups refused), as plain Python data."""
 
-    def __init__(self, session: _Session, extra: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, session: AnsibleSession, extra: Mapping[str, Any] | None = None) -> None:
         self._loader = session.loader
         self.raw: dict[str, Any] = {**session.variables, **_trusted(dict(extra or {}))}
 
@@ -452,7 +460,7 @@ def host_variables(
     name = host or (inv.groups.get("control_plane") or tuple(inv.hosts))[0]
     hosts_file = os.path.abspath(inv.hosts_file)
     try:
-        session = _session(hosts_file, str(inv.root.resolve()), name, roles, _fingerprint(inv.root))
+        session = ansible_session(hosts_file, str(inv.root.resolve()), name, roles, _fingerprint(inv.root))
     except ReleaseRenderError:
         raise
     except Exception as exc:  # Ansible could not read the inventory or load the play: say what it said
@@ -525,7 +533,7 @@ def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _release(
+def render_release(
     role: str, release_id: str, variables: Variables, helm_defaults: Mapping[str, Any]
 ) -> Release | None:
     """One release as roles/helm/tasks/role_release.yml renders and assembles it."""
@@ -594,7 +602,7 @@ def role_releases(role: str, variables: Variables) -> list[Release]:
     helm_defaults = variables.get("helm_release_defaults") or {}
     out: list[Release] = []
     for release_id in variables.get(f"__{role}_releases") or []:
-        release = _release(role, str(release_id), variables, helm_defaults)
+        release = render_release(role, str(release_id), variables, helm_defaults)
         if release is not None:
             out.append(release)
     return out

@@ -255,7 +255,7 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _mitogen_declared_range(loaders: Path) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+def mitogen_declared_range(loaders: Path) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
     """ANSIBLE_VERSION_MIN (and MAX, when Mitogen declares one) read from ansible_mitogen/loaders.py
     without importing it (importing it imports ansible)."""
     found: dict[str, tuple[int, ...]] = {}
@@ -294,7 +294,7 @@ def accelerator(requested: bool, ansible_core: tuple[int, ...] | None = None) ->
         return Accelerator(
             "linear", {}, "ansible-core is not installed as a package: using the linear strategy."
         )
-    low, high = _mitogen_declared_range(package / "loaders.py")
+    low, high = mitogen_declared_range(package / "loaders.py")
     high = high or MITOGEN_TESTED_MAX
     shown = ".".join(map(str, core))
     if (

@@ -1,0 +1,66 @@
+"""What the tests share, defined once: the repository's folders, the collection import, and the Ansible
+environment of a run from this checkout. Light on purpose (no kubernetes_validate, no gpubring model);
+_render.py holds the rendering tests' heavier helpers."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+
+from gpubring.paths import collections_path
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+DATA = TESTS / "data"
+FIXTURES = TESTS / "fixtures"
+HW = FIXTURES / "hw"
+BIN = Path(sys.executable).parent  # the venv's ansible, ansible-playbook, ...
+
+
+def collection_module(name: str) -> ModuleType:
+    """plugins/<name> (dotted: `module_utils.gpu_parsers`, `filter.kubelet_topology`) as
+    ansible_collections.gpubring.core.plugins.<name>, imported the way Ansible does: through the
+    gpubring.core collection path."""
+    path = str(collections_path())
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    return importlib.import_module("ansible_collections.gpubring.core.plugins." + name)
+
+
+def module_utils(name: str) -> ModuleType:
+    """plugins/module_utils/<name>.py through the collection (collection_module)."""
+    return collection_module("module_utils." + name)
+
+
+def collection_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """`base` (the process environment by default) with the gpubring.core collection on
+    ANSIBLE_COLLECTIONS_PATH, then `extra`."""
+    env = dict(os.environ if base is None else base)
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(collections_path())
+    env.update(extra)
+    return env
+
+
+def ansible_playbook(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The venv's ansible-playbook, run from the repository with its ansible.cfg and the collection."""
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+    )
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), *map(str, args)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
