@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -105,7 +106,7 @@ def test_a_json_path_that_cannot_be_written_is_bad_input(
         [*GPUBRING, command, str(SAMPLE), "--json", str(tmp_path / target)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=REPO,
         check=False,
     )
     assert done.returncode == 2, done.stdout + done.stderr
@@ -117,7 +118,7 @@ def test_a_json_path_that_cannot_be_written_is_bad_input(
 def test_json_copies_are_private(command: str, tmp_path: Path) -> None:
     target = tmp_path / "out.json"
     done = subprocess.run(
-        [*GPUBRING, command, str(SAMPLE), "--json", str(target)], capture_output=True, cwd=ROOT, check=False
+        [*GPUBRING, command, str(SAMPLE), "--json", str(target)], capture_output=True, cwd=REPO, check=False
     )
     assert done.returncode == 0, done.stderr
     assert target.stat().st_mode & 0o777 == 0o600
