@@ -131,32 +131,49 @@ def test_arguments_are_checked_by_the_command_line(
 # -- what each action runs -------------------------------------------------------------------------
 
 
-def test_the_steps_of_each_action(sample_inventory: Path) -> None:
-    inv = load_inventory(sample_inventory)
-    nodes = nodeops.check_nodes(inv, ["gpu-2", "cpu-1", "gpu-2"])
-    assert nodes == ("gpu-2", "cpu-1")
+FORCE = {"node_remove_force": True}
+
+
+@pytest.mark.parametrize(
+    ("action", "nodes", "force", "steps"),
+    [
+        ("add", ["gpu-2", "cpu-1"], False, [("node-add", "node_add.yml", "gpu-2,cpu-1", {})]),
+        (
+            "replace",
+            ["gpu-3"],
+            False,
+            [
+                ("node-replace", "node_remove.yml", "gpu-3", FORCE),  # the stale Node object, through the API
+                ("node-replace", "node_add.yml", "gpu-3", {}),
+            ],
+        ),
+        ("remove", ["gpu-4"], True, [("node-remove", "node_remove.yml", "gpu-4", FORCE)]),
+        ("remove", ["gpu-4"], False, [("node-remove", "node_remove.yml", "gpu-4", {})]),
+    ],
+)
+def test_the_steps_of_each_action(
+    action: str, nodes: list[str], force: bool, steps: list[tuple[str, str, str, dict[str, bool]]]
+) -> None:
     book = paths.playbooks_dir().resolve()
-    (add,) = nodeops.plan("add", nodes)
-    assert (add.command, add.playbook, add.limit, dict(add.extra_vars)) == (
-        "node-add",
-        book / "node_add.yml",
-        "gpu-2,cpu-1",
-        {},
-    )
-    stale, again = nodeops.plan("replace", ["gpu-3"])
-    assert (stale.playbook, stale.limit, dict(stale.extra_vars)) == (
-        book / "node_remove.yml",
-        "gpu-3",
-        {"node_remove_force": True},
-    )
-    assert (again.command, again.playbook, again.limit) == ("node-replace", book / "node_add.yml", "gpu-3")
-    (gone,) = nodeops.plan("remove", ["gpu-4"], force=True)
-    assert (gone.playbook, dict(gone.extra_vars)) == (book / "node_remove.yml", {"node_remove_force": True})
-    (drained,) = nodeops.plan("remove", ["gpu-4"])
-    assert dict(drained.extra_vars) == {}
-    # The step's own variable comes after the operator's -e, so it wins.
+    planned = nodeops.plan(action, nodes, force=force)
+    assert [(s.command, s.playbook, s.limit, dict(s.extra_vars)) for s in planned] == [
+        (command, book / playbook, limit, extra) for command, playbook, limit, extra in steps
+    ]
+
+
+def test_nodes_are_checked_once_each_in_order(sample_inventory: Path) -> None:
+    inv = load_inventory(sample_inventory)
+    assert nodeops.check_nodes(inv, ["gpu-2", "cpu-1", "gpu-2"]) == ("gpu-2", "cpu-1")
+
+
+def test_a_steps_settings_are_the_operators_options_with_its_limit_and_variables(
+    sample_inventory: Path,
+) -> None:
+    inv = load_inventory(sample_inventory)
+    stale, _ = nodeops.plan("replace", ["gpu-3"])
     operator = RunOptions(extra_vars=({"node_remove_force": False},), check=True, limit="ignored")
     settings = nodeops.settings(inv, stale, operator)
+    # The step's own variable comes after the operator's -e, so it wins.
     assert settings.options.extra_vars == ({"node_remove_force": False}, {"node_remove_force": True})
     assert (settings.options.limit, settings.options.check) == ("gpu-3", True)
     assert settings.command == "node-replace"
