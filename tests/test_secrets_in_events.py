@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from gpubring import runner
+from gpubring.runopts import RunOptions
+from helpers import DATA, REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "tests" / "data"
 SECRET = "gpubring-test-secret-7f3a9c"
 VARS = f"""\
 gpu_operator_values:
@@ -42,7 +42,7 @@ def test_a_release_run_leaves_no_value_in_its_events_or_run_folder(tmp_path: Pat
         [sys.executable, "-m", "gpubring", "plan", str(inv)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        cwd=REPO,
         check=False,
     )
     assert plan.returncode == 0, plan.stdout + plan.stderr
@@ -53,9 +53,7 @@ def test_a_release_run_leaves_no_value_in_its_events_or_run_folder(tmp_path: Pat
             hosts_file=inv / "hosts.yml",
             command="test",
             playbook=DATA / "playbooks" / "releases.yml",
-            check=True,
-            verbosity=2,
-            accelerate=False,
+            options=RunOptions(check=True, verbosity=2, accelerate=False),
         )
     )
     events = list(result.run_folder.rglob("job_events/*.json"))
