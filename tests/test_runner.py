@@ -339,8 +339,9 @@ def test_cancel_stops_the_run_and_its_workers(local_inventory: Path, accelerate:
         "finished": False,
     }
     assert json.loads((result.run_folder / "report.json").read_text())["status"] == "cancelled"
-    # Nothing of this run is left running (ansible's workers detach into their own sessions).
-    marker = str(result.run_folder).encode()
+    # Nothing of this run is left running (ansible's workers detach into their own sessions). Every
+    # process of the run names the playbook; the run folder is on no command line.
+    marker = str(PLAYBOOKS / "wait.yml").encode()
     left = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():

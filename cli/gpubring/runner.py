@@ -356,12 +356,18 @@ class _Reaper:
     task they hold (a package install, a long pause) after the run is reported cancelled. When the
     cancel starts, the reaper notes every descendant of this run's ansible-playbook (from /proc);
     after ansible-runner returns it kills those still alive, and everything in their sessions.
+
+    This run's ansible-playbook is the child of this process that runs ansible-playbook and was not
+    there before the run started (a command line need not name the run folder: the inventory, the
+    playbook and every -e file may all live elsewhere).
     """
 
     def __init__(self, folder: Path) -> None:
-        self.marker = str(folder)
+        self.folder = folder
         self.seen: dict[int, int] = {}
         self.sessions: set[int] = set()
+        me = os.getpid()
+        self.before = {pid for pid, (ppid, _, _) in self._table().items() if ppid == me}
 
     @staticmethod
     def _table() -> dict[int, tuple[int, int, int]]:
@@ -380,9 +386,11 @@ class _Reaper:
         return table
 
     def _is_ours(self, pid: int) -> bool:
+        if pid in self.before:
+            return False
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                return self.marker.encode() in handle.read()
+                return b"ansible-playbook" in handle.read()
         except OSError:
             return False
 
