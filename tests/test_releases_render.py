@@ -80,8 +80,7 @@ def test_sample_renders_the_gpu_operator_with_the_host_driver(plans: dict[str, A
             "kind": "ClusterPolicy",
             "name": "cluster-policy",
             "state": "ready",
-            "retries": 90,
-            "delay": 10,
+            "why": "every operand of the ClusterPolicy (toolkit, device plugin, DCGM, validator) is ready",
         }
     ]
     assert [o["kind"] for o in gpu.objects()] == ["Namespace"]

@@ -338,3 +338,6 @@ def render_plan(plan: Plan, console: Console) -> None:
         values = yaml.safe_dump(r.get("values") or {}, sort_keys=False, default_flow_style=False).rstrip()
         body = "\n".join(f"    {line}" for line in values.splitlines())
         _say(console, f"  values of {r.get('name', '')}:\n{body}")
+        if r.get("waits"):
+            waits = "\n".join(f"    {i}. {w}" for i, w in enumerate(r["waits"], 1))
+            _say(console, f"  a run of {r.get('name', '')} waits for:\n{waits}")

@@ -20,9 +20,10 @@ Ansible is imported only when something is rendered (`gpubring --help` does not 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
@@ -96,6 +97,7 @@ class Release:
     wait: bool = True
     timeout: str = "10m"
     ready: list[dict[str, Any]] = field(default_factory=list)
+    waits: list[str] = field(default_factory=list)  # what a run waits for, in order, with each timeout
     deferred: str = ""
 
     @property
@@ -126,6 +128,7 @@ class Release:
             "wait": self.wait,
             "timeout": self.timeout,
             "ready": self.ready,
+            "waits": self.waits,
             "deferred": self.deferred,
         }
 
@@ -579,6 +582,8 @@ def _assemble(role: str, merged: Mapping[str, Any], variables: Variables) -> Rel
     source = variables.render_yaml(
         paths.roles_dir() / "helm" / "templates" / "source.yml.j2", {"helm_release": dict(merged)}
     )
+    manifests = list(merged.get("manifests") or [])
+    ready = list(merged.get("ready") or [])
     return Release(
         role=role,
         name=str(merged["name"]),
@@ -590,11 +595,41 @@ def _assemble(role: str, merged: Mapping[str, Any], variables: Variables) -> Rel
         values=dict(merged.get("values") or {}),
         namespace_object=source.get("namespace") if _bool(merged.get("create_namespace", True)) else None,
         pre_manifests=list(merged.get("pre_manifests") or []),
-        manifests=list(merged.get("manifests") or []),
+        manifests=manifests,
         wait=_bool(merged.get("wait", True)),
         timeout=str(merged.get("timeout", "10m")),
-        ready=list(merged.get("ready") or []),
+        ready=ready,
+        waits=_waits(str(merged["name"]), merged, manifests, ready, variables),
     )
+
+
+_FILTERS = "ansible_collections.gpubring.core.plugins.filter"
+
+
+def _waits(
+    name: str,
+    merged: Mapping[str, Any],
+    manifests: Sequence[Mapping[str, Any]],
+    ready: Sequence[Mapping[str, Any]],
+    variables: Variables,
+) -> list[str]:
+    """What a run of the release waits for, in the words and with the timeouts of the helm role
+    (tasks/release.yml, manifest.yml, ready.yml; helm_wait_timeouts in its defaults)."""
+    timeouts = variables.get("helm_wait_timeouts") or {}
+    out: list[str] = []
+    if _bool(merged.get("wait", True)) and merged.get("chart"):
+        limit = merged.get("timeout", "10m")
+        out.append(f"Helm --wait: the chart's Deployments, StatefulSets and DaemonSets ready (<= {limit})")
+    if manifests:
+        kinds = ", ".join(f"{m.get('kind')}/{(m.get('metadata') or {}).get('name')}" for m in manifests)
+        accept = timeouts.get("accept", "?")
+        out.append(f"the API server accepts, before each is applied (<= {accept} s each): {kinds}")
+    if ready:
+        # The helm role's own words (its filter plugin), as the run's task names and failures say them.
+        text = importlib.import_module(f"{_FILTERS}.helm_ready").helm_ready_text
+        limit = timeouts.get(name, timeouts.get("default", "?"))
+        out.extend(f"{text(entry)} (<= {limit} s)" for entry in ready)
+    return out
 
 
 def role_releases(role: str, variables: Variables) -> list[Release]:
