@@ -132,6 +132,8 @@ LAUGHS = "---\ngpubring_cni: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
 
 
 FUZZ = "group_vars/all/zz-fuzz.yml"
+RELEASE = "name: site-app, chart: site-app, version: '1.0.0', namespace: site"
+READY_BOTH = "{api_version: v1, kind: X, name: y, state: ready, condition: Available}"
 CP1, CP2 = "ansible_host: 192.0.2.11", "ansible_host: 192.0.2.12"
 GPU1, GPU2 = "ansible_host: 198.51.100.21", "ansible_host: 198.51.100.22"
 PORT = "\n          ansible_port: "
@@ -167,6 +169,18 @@ def _value_cases() -> list[Case]:
         Case("replicas-zero", _set("gpu_operator_time_slicing_replicas", "0")),
         Case("network-subnet-bad", _set("network_operator_networks", "[{name: a, subnet: 10.1.0.0/40}]")),
         Case("node-name-not-dns", _replace_in_hosts("gpu-4:", "GPU_4:")),
+        # The site's Helm releases, checked against roles/helm's entry point `release`.
+        Case("helm-release-unknown-key", _set("helm_releases", f"[{{{RELEASE}, chart_vesion: '1'}}]")),
+        Case("helm-release-no-namespace", _set("helm_releases", "[{name: a, chart: a, version: '1'}]")),
+        Case("helm-release-wait-word", _set("helm_releases", f"[{{{RELEASE}, wait: maybe}}]")),
+        Case(
+            "helm-release-name-not-dns",
+            _set("helm_releases", f"[{{{RELEASE.replace('site-app,', 'A_b,')}}}]"),
+        ),
+        Case("helm-release-twice", _set("helm_releases", f"[{{{RELEASE}}}, {{{RELEASE}}}]")),
+        Case("helm-release-a-string", _set("helm_releases", "[site-app]")),
+        Case("helm-release-ready-both", _set("helm_releases", f"[{{{RELEASE}, ready: [{READY_BOTH}]}}]")),
+        Case("helm-release-defaults-typo", _set("helm_release_defaults", "{timout: 5m}")),
         # Broken structure of hosts.yml.
         Case("even-control-planes", _replace_in_hosts(CP3, "")),
         Case("no-gpu-group", _replace_in_hosts("gpu_nodes:", "gpu_node:")),

@@ -1,10 +1,11 @@
 """What a value must look like for the tool it feeds, beyond its type: one function per format.
 
 A setting or role input names its format where it is declared: `format:` (and `min:`/`max:` for
-numbers) on a setting in settings.yml, or a line in roles/<role>/meta/formats.yml for a role input
-(ansible-lint's schema of argument_specs.yml admits no key of ours). `check(fmt, value)` returns
-None when the value fits, else the "expected …" text of the problem. A value that is a Jinja
-expression is Ansible's to evaluate at run time and is not checked here.
+numbers, `max_length:` for strings) on a setting in settings.yml, or a line in
+roles/<role>/meta/formats.yml for a role input (ansible-lint's schema of argument_specs.yml admits
+no key of ours). `check(fmt, value)` returns None when the value fits, else the "expected …" text
+of the problem. A value that is a Jinja expression is Ansible's to evaluate at run time and is not
+checked here.
 
 This module is a leaf: it imports nothing from gpubring.
 """
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["EMPTY_IS_UNSET", "FORMATS", "check", "check_bounds", "networks_overlap"]
+__all__ = ["EMPTY_IS_UNSET", "FORMATS", "check", "check_bounds", "check_length", "networks_overlap"]
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 _DNS_LABEL = re.compile(rf"^{_LABEL}$")
@@ -181,6 +182,13 @@ def check_bounds(value: Any, minimum: float | None, maximum: float | None) -> st
     if maximum is not None and value > maximum:
         return f"a number <= {maximum:g}, got {value}"
     return None
+
+
+def check_length(value: Any, maximum: int | None) -> str | None:
+    """None when a string has at most `maximum` characters (or maximum is None)."""
+    if maximum is None or not isinstance(value, str) or len(value) <= maximum:
+        return None
+    return f"at most {maximum} characters, got {len(value)}: {value[:20]!r}{'...' if len(value) > 20 else ''}"
 
 
 def networks_overlap(a: str, b: str) -> bool:

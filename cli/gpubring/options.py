@@ -12,7 +12,7 @@ import typer
 
 from gpubring.commands._common import json_target
 from gpubring.exitcodes import ExitCode
-from gpubring.runopts import RunOptions
+from gpubring.runopts import ExtraVarsSource, RunOptions
 
 InventoryArg = Annotated[
     Path,
@@ -104,7 +104,32 @@ def build(*, extra_vars: Sequence[str] | None = None, verbose: int = 0, **given:
     except runner.ExtraVarsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    for warning in extra_vars_warnings(parsed):
+        typer.echo(f"warning: {warning}", err=True)
     return RunOptions(extra_vars=parsed, verbosity=verbose, **given)
+
+
+def extra_vars_warnings(sources: Sequence[ExtraVarsSource]) -> list[str]:
+    """One line per -e key that nothing declares (no role's argument spec or defaults, no
+    settings.yml setting, no version rule, not the vars plugin's, not Ansible's own ansible_* or
+    magic variables), with a did-you-mean when a declared key is close. A warning, not an error:
+    operators pass their own variables; a typo of a role input would otherwise do nothing, silently.
+    The keys of a vault-encrypted -e @file are not known here and not looked at."""
+    from gpubring.validation import specs  # not at import: `gpubring --help` reads no YAML
+
+    table = specs.load_specs()
+    out: list[str] = []
+    seen: set[str] = set()
+    for source in sources:
+        if isinstance(source, Path):
+            continue
+        for raw_key in source:
+            key = str(raw_key)
+            message = None if key in seen else table.undeclared_message(key)
+            seen.add(key)
+            if message is not None:
+                out.append(f"-e {key}: {message}")
+    return out
 
 
 def run_options(func: Callable[..., None]) -> Callable[..., None]:

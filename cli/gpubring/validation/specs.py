@@ -11,11 +11,17 @@ Known keys come from three places, read at run time so that roles gain inputs wi
 What a value must look like beyond its type comes from the same places: `format:`, `min:` and
 `max:` on a setting in settings.yml, and roles/<role>/meta/formats.yml for a role's inputs (the
 formats are gpubring.formats'; ansible-lint's schema admits no key of ours in argument_specs.yml).
+formats.yml can also give an input the shape of an option of another entry point of the role's
+argument spec (`items_like: release.helm_release`: each item of the list is checked as Ansible
+checks that option when the entry point runs; `fields_like:` the same for a mapping of partial
+values, none required), and refuse two items of a list that agree on some keys (`unique:`). The
+argument spec's `mutually_exclusive`, `required_one_of` and `required_together` are enforced.
 
 A key named `gpubring_*`, or `<role>_*` for a role that exists, that no source declares is a typo:
 it is reported with a did-you-mean. So is a key close to a known input (a typo inside the prefix,
 `nvidia_drvier_branch`). Every other key (ansible_*, the user's own) passes; `gpubring plan` lists
-the user's own keys once, so a typo cannot hide there.
+the user's own keys once, so a typo cannot hide there. An `-e` key that nothing declares gets a
+warning (`SpecTable.undeclared_message`), not an error: operators pass their own variables.
 
 Cross-field checks live in the package gpubring.validators.
 """
@@ -39,6 +45,29 @@ TYPES = ("str", "int", "float", "bool", "list", "dict", "path", "raw")
 # Ansible's other argument-spec types are accepted and not checked further.
 _LOOSE_TYPES = {"jsonarg": "raw", "json": "raw", "bytes": "raw", "bits": "raw", "sid": "raw"}
 _BOOL_STRINGS = {"yes", "no", "true", "false", "on", "off", "y", "n", "t", "f", "1", "0"}
+# Variables every play has without a declaration in settings.yml or a role: the collection's vars
+# plugin (plugins/vars/defaults.py) sets these two; Ansible's own (magic) variables besides ansible_*.
+PLUGIN_VARIABLES = frozenset({"gpubring_matrix", "gpubring_pins"})
+ANSIBLE_MAGIC = frozenset(
+    {
+        "group_names",
+        "groups",
+        "hostvars",
+        "inventory_dir",
+        "inventory_file",
+        "inventory_hostname",
+        "inventory_hostname_short",
+        "omit",
+        "play_hosts",
+        "playbook_dir",
+        "role_name",
+        "role_names",
+        "role_path",
+    }
+)
+# The keys of a formats.yml rule: of an item's key (`input[].key`), and of an input.
+_ITEM_RULE_KEYS = ("format", "min", "max", "max_length")
+_RULE_KEYS = (*_ITEM_RULE_KEYS, "items_like", "fields_like", "unique")
 
 
 @dataclass(frozen=True)
@@ -59,6 +88,13 @@ class Spec:
     maximum: float | None = None
     # For a list of mappings: the format rules of the items' keys (formats.yml `input[].key`).
     item_rules: Mapping[str, Spec] | None = None
+    max_length: int | None = None  # of a string (formats.yml `max_length:`)
+    # For a list of mappings: keys whose values no two items may share (formats.yml `unique:`).
+    unique: tuple[str, ...] = ()
+    # The argument spec's constraints between the keys of a mapping (sub-options).
+    mutually_exclusive: tuple[tuple[str, ...], ...] = ()
+    required_one_of: tuple[tuple[str, ...], ...] = ()
+    required_together: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +135,17 @@ class SpecTable:
             pool = [k for k in self.keys if self.namespace(k) == ns]
         return f"unknown key, expected one declared in {where}{did_you_mean(key, pool)}"
 
+    def undeclared_message(self, key: str) -> str | None:
+        """For an operator's -e key: None when something declares it (settings.yml, a role's spec
+        or defaults, a version rule, the vars plugin) or it is Ansible's own (ansible_*, magic
+        variables); else the text of a warning, with a did-you-mean when a declared key is close."""
+        if key in self.keys or key in PLUGIN_VARIABLES or key in ANSIBLE_MAGIC or key.startswith("ansible_"):
+            return None
+        ns = self.namespace(key)
+        pool = [k for k in self.keys if self.namespace(k) == ns] if ns is not None else []
+        hint = did_you_mean(key, pool) or did_you_mean(key, self.keys)
+        return f"no role or setting declares it{hint}"
+
     def lookalike_message(self, key: str) -> str | None:
         """For a key outside every known prefix: the problem when it looks like a known input (its
         prefix one or two edits from a role's or gpubring_, or the whole key close to an input)."""
@@ -135,6 +182,14 @@ def _number(raw: Mapping[Any, Any], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _groups(raw: Mapping[Any, Any], key: str) -> tuple[tuple[str, ...], ...]:
+    """An argument spec's list of key lists (mutually_exclusive, required_one_of, ...)."""
+    value = raw.get(key)
+    if not isinstance(value, list):
+        return ()
+    return tuple(tuple(str(k) for k in group) for group in value if isinstance(group, list))
+
+
 def _parse_spec(name: str, raw: Any, source: str) -> Spec:
     if not isinstance(raw, Mapping):
         raw = {}
@@ -164,6 +219,11 @@ def _parse_spec(name: str, raw: Any, source: str) -> Spec:
         format=str(raw["format"]) if raw.get("format") else None,
         minimum=_number(raw, "min"),
         maximum=_number(raw, "max"),
+        max_length=int(length) if (length := _number(raw, "max_length")) is not None else None,
+        unique=tuple(str(k) for k in raw["unique"]) if isinstance(raw.get("unique"), list) else (),
+        mutually_exclusive=_groups(raw, "mutually_exclusive"),
+        required_one_of=_groups(raw, "required_one_of"),
+        required_together=_groups(raw, "required_together"),
     )
 
 
@@ -178,8 +238,13 @@ def _rule_problems(spec: Spec, where: str, key: str) -> list[Problem]:
     return []
 
 
-def _apply_formats(keys: dict[str, Spec], role: str, data: Any, problems: list[Problem]) -> None:
-    """Merge a role's meta/formats.yml (`input: {format, min, max}`, `input[].key: {...}`) into its specs."""
+def _apply_formats(
+    keys: dict[str, Spec], role: str, data: Any, problems: list[Problem], entry_points: Any = None
+) -> None:
+    """Merge a role's meta/formats.yml into its specs: `input: {format, min, max, max_length}`,
+    `input[].key: {...}` for the items of a list, and on an input `items_like`/`fields_like`
+    (`<entry point>.<option>` of the role's argument spec, whose sub-options the input's items or
+    fields must fit) and `unique` (keys no two items of the list may share)."""
     rel = f"roles/{role}/meta/formats.yml"
     if not isinstance(data, Mapping):
         problems.append(
@@ -189,6 +254,16 @@ def _apply_formats(keys: dict[str, Spec], role: str, data: Any, problems: list[P
     for raw_key, raw in data.items():
         key = str(raw_key)
         name, _, item_key = key.partition("[].")
+        allowed = _ITEM_RULE_KEYS if item_key else _RULE_KEYS
+        for rule_key in raw if isinstance(raw, Mapping) else ():
+            if str(rule_key) not in allowed:
+                problems.append(
+                    Problem(
+                        rel,
+                        f"{key}.{rule_key}",
+                        f"expected one of {', '.join(allowed)}{did_you_mean(str(rule_key), allowed)}",
+                    )
+                )
         rule = _parse_spec(item_key or name, raw if isinstance(raw, Mapping) else {}, rel)
         problems.extend(_rule_problems(rule, rel, key))
         if name not in keys:
@@ -197,8 +272,54 @@ def _apply_formats(keys: dict[str, Spec], role: str, data: Any, problems: list[P
         spec = keys[name]
         if item_key:
             keys[name] = replace(spec, item_rules={**(spec.item_rules or {}), item_key: rule})
-        else:
-            keys[name] = replace(spec, format=rule.format, minimum=rule.minimum, maximum=rule.maximum)
+            continue
+        spec = replace(
+            spec, format=rule.format, minimum=rule.minimum, maximum=rule.maximum, max_length=rule.max_length
+        )
+        if rule.unique:
+            if spec.type != "list":
+                problems.append(Problem(rel, f"{key}.unique", "expected on an input of type list"))
+            spec = replace(spec, unique=rule.unique)
+        for how in ("items_like", "fields_like"):
+            ref = raw.get(how) if isinstance(raw, Mapping) else None
+            if ref is None:
+                continue
+            like = _option_of(entry_points, str(ref), role)
+            want = "list" if how == "items_like" else "dict"
+            if isinstance(like, str):
+                problems.append(Problem(rel, f"{key}.{how}", like))
+            elif spec.type != want:
+                problems.append(Problem(rel, f"{key}.{how}", f"expected on an input of type {want}"))
+            elif how == "items_like":
+                spec = replace(
+                    spec,
+                    options=like.options,
+                    mutually_exclusive=like.mutually_exclusive,
+                    required_one_of=like.required_one_of,
+                    required_together=like.required_together,
+                )
+            else:  # partial values merged under the option's own: nothing is required
+                options = {n: replace(o, required=False) for n, o in (like.options or {}).items()}
+                spec = replace(spec, options=options, mutually_exclusive=like.mutually_exclusive)
+        keys[name] = spec
+
+
+def _option_of(entry_points: Any, ref: str, role: str) -> Spec | str:
+    """The Spec of `<entry point>.<option>` in a role's argument_specs (a mapping with sub-options),
+    or the text of the problem."""
+    entry, _, option = ref.partition(".")
+    where = f"roles/{role}/meta/argument_specs.yml"
+    points = entry_points if isinstance(entry_points, Mapping) else {}
+    options = points.get(entry, {}).get("options") if isinstance(points.get(entry), Mapping) else None
+    if not isinstance(options, Mapping) or option not in options:
+        known = [
+            f"{e}.{o}" for e, p in points.items() if isinstance(p, Mapping) for o in p.get("options") or {}
+        ]
+        return f"expected <entry point>.<option> of {where}, got {ref!r}{did_you_mean(ref, known)}"
+    spec = _parse_spec(option, options[option], where)
+    if spec.options is None:
+        return f"expected an option with sub-options (options:) in {where}, got {ref!r}"
+    return spec
 
 
 def _parse_options(options: Mapping[Any, Any], source: str) -> dict[str, Spec]:
@@ -272,9 +393,8 @@ def _load_specs_cached(root: Path) -> SpecTable:
         keys.update(_parse_options(options, rel))
         formats_file = roles_dir / role / "meta" / "formats.yml"
         if formats_file.is_file():
-            _apply_formats(
-                keys, role, _read_yaml(formats_file, f"roles/{role}/meta/formats.yml", problems), problems
-            )
+            formats_data = _read_yaml(formats_file, f"roles/{role}/meta/formats.yml", problems)
+            _apply_formats(keys, role, formats_data, problems, spec_data["argument_specs"])
     settings = _read_yaml(root / "settings.yml", "settings.yml", problems)
     options = settings.get("options") if isinstance(settings, Mapping) else None
     if isinstance(options, Mapping):
@@ -361,25 +481,32 @@ def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
                 out.append(
                     (item_path, f"expected one of {', '.join(map(str, spec.choices))}, got {_show(item)}")
                 )
+            found: list[tuple[str, str]] = []
             if spec.options is not None and isinstance(item, Mapping):
-                out.extend(check_mapping(spec.options, item, item_path))
+                found = check_mapping(spec.options, item, item_path) + _constraint_problems(
+                    spec, item, item_path
+                )
+                out.extend(found)
             if spec.item_rules:
-                out.extend(_item_problems(spec.item_rules, item, item_path))
+                flagged = {p for p, _ in found}
+                out.extend(p for p in _item_problems(spec.item_rules, item, item_path) if p[0] not in flagged)
             elif spec.format is not None and not _templated(item):
                 out.extend(_format_problems(replace(spec, type=spec.elements or "raw"), item, item_path))
+        out.extend(_unique_problems(spec.unique, value, path))
         return out
     if spec.choices is not None and value not in spec.choices:
         choices = ", ".join(map(str, spec.choices))
         out.append((path, f"expected one of {choices}, got {_show(value)}"))
     if spec.type == "dict" and spec.options is not None:
         out.extend(check_mapping(spec.options, value, path))
+        out.extend(_constraint_problems(spec, value, path))
     out.extend(_format_problems(spec, value, path))
     return out
 
 
 def _format_problems(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
-    """What the tool the value feeds would refuse: its format and bounds (an int given as digits is
-    the int Ansible turns it into)."""
+    """What the tool the value feeds would refuse: its format, length and bounds (an int given as
+    digits is the int Ansible turns it into)."""
     if spec.type in ("int", "float") and isinstance(value, str):
         try:
             value = int(value) if spec.type == "int" else float(value)
@@ -390,6 +517,9 @@ def _format_problems(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]
         message = formats.check(spec.format, value)
         if message is not None:
             out.append((path, f"expected {message}"))
+    length = formats.check_length(value, spec.max_length)
+    if length is not None:
+        out.append((path, f"expected {length}"))
     bound = formats.check_bounds(value, spec.minimum, spec.maximum)
     if bound is not None:
         out.append((path, f"expected {bound}"))
@@ -406,6 +536,62 @@ def _item_problems(rules: Mapping[str, Spec], item: Any, path: str) -> list[tupl
     return out
 
 
+def _given(value: Mapping[Any, Any], key: str) -> bool:
+    return value.get(key) is not None
+
+
+def _constraint_problems(spec: Spec, value: Mapping[Any, Any], path: str) -> list[tuple[str, str]]:
+    """The argument spec's mutually_exclusive, required_one_of and required_together of a mapping."""
+    out: list[tuple[str, str]] = []
+    for group in spec.mutually_exclusive:
+        given = [k for k in group if _given(value, k)]
+        if len(given) > 1:
+            out.append(
+                (f"{path}.{given[1]}", f"expected only one of {', '.join(group)}; {', '.join(given)} are set")
+            )
+    for group in spec.required_one_of:
+        if not any(_given(value, k) for k in group):
+            out.append((path, f"expected one of {', '.join(group)}; none is set"))
+    for group in spec.required_together:
+        given = [k for k in group if _given(value, k)]
+        if given and len(given) < len(group):
+            missing = [k for k in group if k not in given]
+            out.append(
+                (
+                    f"{path}.{missing[0]}",
+                    f"expected {', '.join(group)} together; {', '.join(given)} set without it",
+                )
+            )
+    return out
+
+
+def _unique_problems(keys: tuple[str, ...], value: list[Any], path: str) -> list[tuple[str, str]]:
+    """Items of a list that agree with an earlier item on every key of `keys` (items where one of the
+    keys is missing or templated are left to the other checks and to Ansible)."""
+    if not keys:
+        return []
+    out: list[tuple[str, str]] = []
+    seen: dict[tuple[str, ...], int] = {}
+    for i, item in enumerate(value):
+        if not isinstance(item, Mapping) or not all(
+            _given(item, k) and not _templated(item[k]) for k in keys
+        ):
+            continue
+        ident = tuple(str(item[k]) for k in keys)
+        if ident in seen:
+            same = ", ".join(f"{k} {_show(item[k])}" for k in keys)
+            out.append(
+                (
+                    f"{path}[{i}]",
+                    f"expected no two items with the same {' and '.join(keys)}; "
+                    f"{path}[{seen[ident]}] has the same ({same})",
+                )
+            )
+        else:
+            seen[ident] = i
+    return out
+
+
 def check_mapping(options: Mapping[str, Spec], value: Mapping[Any, Any], path: str) -> list[tuple[str, str]]:
     """Sub-options of a dict: unknown keys (with a did-you-mean), missing required ones, values."""
     out: list[tuple[str, str]] = []
@@ -419,6 +605,9 @@ def check_mapping(options: Mapping[str, Spec], value: Mapping[Any, Any], path: s
                     f"{did_you_mean(str(key), options)}",
                 )
             )
+            continue
+        if spec.required and item is None:
+            out.append((f"{path}.{key}", "expected a value for this required key, it is empty"))
             continue
         out.extend(check_value(spec, item, f"{path}.{key}"))
     for name, spec in options.items():
