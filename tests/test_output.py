@@ -6,14 +6,18 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
-from gpubring.events import HostResult, PlayStart, TaskStart
-from gpubring.view import RunView
-from helpers import REPO
+from gpubring import events, report, runstore
+from gpubring.app import app
+from gpubring.events import HardwareSummary, HostResult, PlayStart, TaskStart
+from gpubring.view import RunView, hardware_line
+from helpers import FIXTURES, REPO
 
 SAMPLE = REPO / "inventories" / "prod"
 GPUBRING = [sys.executable, "-m", "gpubring"]
@@ -122,3 +126,96 @@ def test_json_copies_are_private(command: str, tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert target.stat().st_mode & 0o777 == 0o600
+
+
+# --- preflight's hardware summary -------------------------------------------------------------------
+
+PREFLIGHT = FIXTURES / "events" / "preflight.jsonl"
+
+
+def _replay(view: RunView, raw_events: list[dict[str, object]]) -> None:
+    for raw in raw_events:
+        for event in events.parse_all(raw):
+            view.handle(event)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["plain", "live"])
+def test_the_recorded_preflight_stream_prints_the_hardware_summary_once(live: bool) -> None:
+    view, out, _ = _view(live=live)
+    with view:
+        _replay(view, events.load_events(PREFLIGHT.read_text().splitlines()))
+    text = out.getvalue()
+    assert text.count("hardware (preflight, 1 host(s)):") == 1
+    hardware = [line for line in text.splitlines() if line.startswith("  node1: ")]
+    assert hardware == [
+        "  node1: Debian 12.11, kernel 6.18.44-fc-v669 · 2 CPUs, 23.5 GiB, NUMA 1 · GPUs 0 · NVSwitches 0"
+        " · driver none loaded · RDMA NICs 0 · IOMMU off · Secure Boot off"
+    ]
+    # The same events give the report its hardware.
+    assert view.state.hardware["node1"]["os"] == "Debian 12.11"
+
+
+def test_the_report_keeps_each_hosts_hardware() -> None:
+    state = events.RunState()
+    for raw in events.load_events(PREFLIGHT.read_text().splitlines()):
+        for event in events.parse_all(raw):
+            state.apply(event)
+    assert state.hardware["node1"]["memory_mib"] == 24105
+    assert state.stats is not None and state.stats.hosts["node1"].failed == 0
+
+
+def _gpu_summary(host: str) -> dict[str, object]:
+    [recorded] = [
+        found
+        for raw in events.load_events(PREFLIGHT.read_text().splitlines())
+        if (found := events.hardware_summary(raw)) is not None
+    ]
+    summary = dict(recorded.summary)
+    nics = [f"mlx5_{i} ibp{i}s0 InfiniBand {i // 4}" for i in range(8)]
+    summary.update(
+        host=host,
+        gpu_count="8",
+        gpu_models=["NVIDIA H100 80GB HBM3"],
+        nvswitch_count="4",
+        driver="570.133.20",
+        rdma_nics=nics,
+        iommu=True,
+        secure_boot=None,
+        dgx_os=True,
+        numa_nodes="2",
+        warnings=["a warning"],
+    )
+    return summary
+
+
+def test_the_hardware_of_each_host_prints_when_preflight_is_over() -> None:
+    view, out, _ = _view()
+    view.handle(PlayStart("Preflight checks on every host", "all", "preflight"))
+    for host in ("gpu01", "gpu02"):
+        view.handle(HardwareSummary(host, _gpu_summary(host)))
+    assert "hardware" not in out.getvalue()  # not before the play is over
+    view.handle(PlayStart("Prepare the hosts", "all", "host"))
+    view.handle(PlayStart("Another play", "all", "host"))
+    text = out.getvalue()
+    assert text.count("hardware (preflight, 2 host(s)):") == 1
+    assert text.index("hardware (preflight") < text.index("== phase host")
+    line = hardware_line("gpu01", _gpu_summary("gpu01"))
+    assert line.startswith("gpu01: Debian 12.11, kernel 6.18.44-fc-v669 · 2 CPUs, 23.5 GiB, NUMA 2")
+    assert (
+        "GPUs 8 (NVIDIA H100 80GB HBM3) · NVSwitches 4 · driver 570.133.20 · RDMA NICs 8 (InfiniBand)"
+        " · IOMMU on · Secure Boot unknown · DGX OS · 1 problem(s)"
+    ) in line
+    assert text.count("  gpu01: ") == 1 and text.count("  gpu02: ") == 1
+
+
+def test_runs_shows_a_past_runs_hardware(tmp_path: Path) -> None:
+    state = events.RunState()
+    state.apply(HardwareSummary("gpu01", _gpu_summary("gpu01")))
+    folder = runstore.new_run_folder(tmp_path, "up")
+    now = datetime.now(UTC)
+    meta = report.RunMeta("up", tmp_path, tmp_path / "hosts.yml", folder, "run.yml", now, now, 0)
+    report.write(report.build(state, meta), folder)
+    result = CliRunner().invoke(app, ["runs", str(tmp_path), "last"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "hardware (preflight, 1 host(s)):" in result.output
+    assert "gpu01: Debian 12.11" in result.output

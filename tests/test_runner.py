@@ -281,9 +281,9 @@ def test_real_run_of_the_mixed_playbook(local_inventory: Path, monkeypatch: pyte
     assert command["env"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
     assert command["env"]["ANSIBLE_PIPELINING"] == "True"
     assert "GPUBRING_TEST_SHELL_TOKEN" not in command["env"]
-    # The operator's extra vars went through a private file outside the run folder, removed since.
+    # The operator's extra vars went through a private file under the run folder, removed since.
     var_files = [Path(a[1:]) for a in args if a.startswith("@") and "extra-vars" in a]
-    assert var_files and all(not p.exists() and folder not in p.parents for p in var_files)
+    assert var_files and all(not p.exists() and p.parent == folder / "vars" for p in var_files)
     for path in files_under(folder):
         text = path.read_bytes()
         assert b"S3cr3t-runner" not in text, path

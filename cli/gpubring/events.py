@@ -80,6 +80,16 @@ class PlaybookStats:
 
 
 @dataclass(frozen=True)
+class HardwareSummary:
+    """A host's hardware as preflight read it: the `preflight_summary` fact its set_fact published
+    (roles/preflight/tasks/report.yml): OS, kernel, CPUs, memory, NUMA, GPUs, NVSwitches, driver,
+    RDMA NICs, IOMMU, Secure Boot, DGX OS, disk."""
+
+    host: str
+    summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """The run was cancelled (Ctrl-C, SIGTERM or a caller's cancel flag); emitted by the runner."""
 
@@ -117,6 +127,7 @@ Event = (
     | TaskStart
     | HostResult
     | PlaybookStats
+    | HardwareSummary
     | Cancelled
     | Notice
     | Output
@@ -225,6 +236,31 @@ def parse(event: Mapping[str, Any]) -> Event | None:
     return None
 
 
+SUMMARY_FACT = "preflight_summary"
+
+
+def hardware_summary(event: Mapping[str, Any]) -> HardwareSummary | None:
+    """The preflight hardware summary a result carries (the set_fact of `preflight_summary`), or None.
+
+    ansible-runner gives the set_fact's result whole, so the summary arrives with the result itself."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data") or {}
+    res = data.get("res") if isinstance(data, Mapping) else None
+    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+    summary = facts.get(SUMMARY_FACT) if isinstance(facts, Mapping) else None
+    if not isinstance(summary, Mapping):
+        return None
+    return HardwareSummary(host=_text(data.get("host")), summary=dict(summary))
+
+
+def parse_all(event: Mapping[str, Any]) -> list[Event]:
+    """`parse()`'s event, then the hardware summary the same result carries, if any."""
+    parsed = parse(event)
+    summary = hardware_summary(event)
+    return [e for e in (parsed, summary) if e is not None]
+
+
 def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
     """Event dicts from JSON lines (a recorded stream), blank lines skipped."""
     return [json.loads(line) for line in lines if line.strip()]
@@ -317,6 +353,8 @@ class RunState:
     cancelled: bool = False
     errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    # host -> the preflight hardware summary, in the order hosts reported it.
+    hardware: dict[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def host(self, name: str) -> HostState:
         state = self.hosts.get(name)
@@ -348,6 +386,8 @@ class RunState:
                 self.errors.append(event.text)
         elif isinstance(event, Notice):
             self.notices.append(event.message)
+        elif isinstance(event, HardwareSummary):
+            self.hardware[event.host] = event.summary
 
     def _result(self, event: HostResult) -> None:
         state = self.host(event.host)

@@ -14,6 +14,11 @@ Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and the
 - stopped_at: where a cancelled run was ({phase, play, hosts: {host: {phase, play, task, role,
   finished}}}), null otherwise;
 - options: check, diff, limit, tags, skip_tags, forks, strategy, extra_vars (names only, never values);
+- check: true for a check-mode run (a dry run: its `changed` counts are what would change);
+- partial: what narrowed the run, as typed (`--only preflight`, `--limit gpu01`, `--tags x`,
+  `--skip-tags y`); empty for a full run;
+- hardware: {host: preflight_summary} for each host preflight read (GPUs, NVSwitches, RDMA NICs,
+  NUMA, IOMMU, Secure Boot, ...), empty when preflight did not run;
 - errors: what ansible printed as an error outside any task; ansible_rc: ansible-playbook's exit status;
 - notices: what gpubring said once during the run (an accelerator fallback, for example).
 """
@@ -52,6 +57,9 @@ REPORT_FIELDS = (
     "ignored",
     "stopped_at",
     "options",
+    "check",
+    "partial",
+    "hardware",
     "errors",
     "notices",
 )
@@ -73,6 +81,7 @@ class RunMeta:
     phases_run: Sequence[str] = ()
     phases_skipped: Sequence[tuple[str, str]] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    partial: Sequence[str] = ()
 
 
 def outcome(state: RunState, ansible_rc: int | None) -> tuple[str, ExitCode]:
@@ -123,6 +132,9 @@ def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
         "ignored": [f.as_dict() for f in state.ignored],
         "stopped_at": state.stopped_at() if state.cancelled else None,
         "options": dict(meta.options),
+        "check": bool(meta.options.get("check", False)),
+        "partial": list(meta.partial),
+        "hardware": {host: dict(summary) for host, summary in sorted(state.hardware.items())},
         "errors": list(state.errors),
         "notices": list(state.notices),
     }

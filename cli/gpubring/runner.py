@@ -3,9 +3,14 @@
 `run()` gives each run its own absolute private_data_dir under
 <inventory root>/.gpubring/runs/<UTC timestamp>-<command>/ (mode 0700; see gpubring.runstore):
 
+    owner.json                       the gpubring process of the run (pid and start time): a later
+                                     start tells a run that is over from one still going
     vars/gpubring.json               the rolling batch size gpubring_serial (Ansible templates play
                                      keywords such as `serial` before any host's variables exist),
                                      passed with `-e @`
+    vars/extra-vars-N.json           the operator's -e mappings (0600), only while the run goes
+    tmp/                             ansible's local temporary files (ANSIBLE_LOCAL_TEMP), only while
+                                     the run goes
     project/run.yml                  imports the phase playbooks asked for, in order (up)
     env/settings                     ansible-runner settings (how often the cancel flag is read)
     artifacts/<run>/                 ansible-runner's artifacts: command (environment scrubbed),
@@ -16,8 +21,11 @@ The inventory goes to ansible-runner as its absolute path, never as a dict (GPU_
 settings.yml defaults and the version matrix are not passed at all: the collection's vars plugin
 (plugins/vars/defaults.py) gives them to every play, as it does to a plain ansible-playbook run.
 The operator's extra vars may hold secrets: they never go through ansible-runner's env/extravars
-or the command line; they are written to 0600 files in a private temporary folder outside the run
-folder, passed with `-e @file`, and removed when the run ends.
+or the command line; they are written to 0600 files under the run folder (0700), passed with
+`-e @file`, and removed when the run ends (success, failure or cancel). Nothing goes to the system's
+temporary folder. A gpubring that is killed (SIGKILL) cannot remove them: the next run on the same
+inventory removes what runs that are over left (`clear_leftovers`), and reports the
+ansible-playbook processes such a run left running (`find_orphans`, `kill_orphans`).
 
 Nothing in this module imports ansible or ansible_runner at module level.
 """
@@ -31,7 +39,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -54,7 +61,7 @@ from gpubring.events import (
     PhaseTracker,
     PlayStart,
     RunState,
-    parse,
+    parse_all,
 )
 from gpubring.exitcodes import ExitCode
 from gpubring.runopts import ExtraVarsSource, RunOptions
@@ -68,6 +75,7 @@ MITOGEN_STRATEGY = "mitogen_linear"
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How often (seconds) ansible-runner reads the cancel flag.
 CANCEL_POLL_S = 1
+
 
 class ExtraVarsError(ValueError):
     """An -e argument that cannot be used; the message says which and why."""
@@ -371,58 +379,220 @@ class _Reaper:
 
     @staticmethod
     def _table() -> dict[int, tuple[int, int, int]]:
-        """pid -> (ppid, session id, start time) of every process, from /proc (empty elsewhere)."""
-        table: dict[int, tuple[int, int, int]] = {}
-        with suppress(OSError):
-            for entry in os.scandir("/proc"):
-                if not entry.name.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as handle:
-                        fields = handle.read().rsplit(")", 1)[1].split()
-                    table[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[19]))
-                except (OSError, IndexError, ValueError):
-                    continue
-        return table
+        return _process_table()
 
     def _is_ours(self, pid: int) -> bool:
-        if pid in self.before:
-            return False
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                return b"ansible-playbook" in handle.read()
-        except OSError:
-            return False
+        return pid not in self.before and _is_ansible_playbook(pid)
 
     def snapshot(self) -> None:
         table = self._table()
         me = os.getpid()
         roots = [pid for pid, (ppid, _, _) in table.items() if ppid == me and self._is_ours(pid)]
-        children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        stack = list(roots)
-        while stack:
-            pid = stack.pop()
-            ppid, sid, start = table[pid]
-            self.seen[pid] = start
-            if sid == pid and pid not in roots:
-                self.sessions.add(sid)
-            stack.extend(children.get(pid, []))
+        seen, sessions = _descendants(table, roots)
+        self.seen.update(seen)
+        self.sessions |= sessions
 
     def sweep(self) -> int:
-        table = self._table()
-        own_session = os.getsid(0)
-        victims = [
-            pid
-            for pid, (_, sid, start) in table.items()
-            if pid != os.getpid()
-            and ((self.seen.get(pid) == start) or (sid in self.sessions and sid != own_session))
-        ]
-        for pid in victims:
+        return _kill(self.seen, self.sessions)
+
+
+def _process_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, session id, start time) of every process, from /proc (empty elsewhere)."""
+    table: dict[int, tuple[int, int, int]] = {}
+    with suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+                table[int(entry.name)] = (int(fields[1]), int(fields[3]), int(fields[19]))
+            except (OSError, IndexError, ValueError):
+                continue
+    return table
+
+
+def _cmdline_of(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _is_ansible_playbook(pid: int) -> bool:
+    return any("ansible-playbook" in part for part in _cmdline_of(pid))
+
+
+def _descendants(
+    table: Mapping[int, tuple[int, int, int]], roots: Sequence[int]
+) -> tuple[dict[int, int], set[int]]:
+    """The roots and every descendant (pid -> start time), and the sessions those descendants lead
+    (ansible-core's workers detach into sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    seen: dict[int, int] = {}
+    sessions: set[int] = set()
+    stack = [pid for pid in roots if pid in table]
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        _ppid, sid, start = table[pid]
+        seen[pid] = start
+        if sid == pid and pid not in roots:
+            sessions.add(sid)
+        stack.extend(children.get(pid, []))
+    return seen, sessions
+
+
+def _kill(seen: Mapping[int, int], sessions: set[int]) -> int:
+    """SIGKILL the processes of `seen` still alive with the same start time (a reused pid is left
+    alone), and every process of `sessions`, never this one or its own session."""
+    table = _process_table()
+    own_session = os.getsid(0)
+    victims = [
+        pid
+        for pid, (_, sid, start) in table.items()
+        if pid != os.getpid() and ((seen.get(pid) == start) or (sid in sessions and sid != own_session))
+    ]
+    for pid in victims:
+        with suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return len(victims)
+
+
+# --- what killed runs leave behind ----------------------------------------------------------------
+
+
+def process_start(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot), or None when it does not exist."""
+    entry = _process_table_entry(pid)
+    return entry[2] if entry else None
+
+
+def _process_table_entry(pid: int) -> tuple[int, int, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[3]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_is_over(folder: Path) -> bool:
+    """Whether the run of `folder` has no gpubring process any more: its recorded owner is gone (or
+    its pid now belongs to another process); a run without an owner record is over when it wrote
+    its report."""
+    owner = runstore.read_owner(folder)
+    if owner is None:
+        return (folder / runstore.REPORT_NAME).is_file()
+    return process_start(owner.pid) != owner.start
+
+
+def _over_runs(inventory_root: Path, exclude: Path | None) -> list[Path]:
+    folders = runstore.run_folders(runstore.runs_dir(inventory_root))
+    return [f for f in folders if (exclude is None or f != exclude) and run_is_over(f)]
+
+
+def clear_leftovers(inventory_root: Path, exclude: Path | None = None) -> list[Path]:
+    """Remove the -e files (and ansible's local temporary folder) that runs which are over left in
+    their run folders (a gpubring killed by SIGKILL cannot remove them); return the -e files."""
+    removed: list[Path] = []
+    for folder in _over_runs(inventory_root, exclude):
+        for path in sorted((folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*.json")):
             with suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        return len(victims)
+                path.unlink()
+                removed.append(path)
+        shutil.rmtree(folder / LOCAL_TEMP, ignore_errors=True)
+    return removed
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """An ansible-playbook left running by an earlier run whose gpubring process is gone."""
+
+    pid: int
+    run: str
+    folder: Path
+    limit: str
+    processes: Mapping[int, int]  # pid -> start time: it and its descendants
+    sessions: frozenset[int]
+
+    def describe(self) -> str:
+        hosts = f"hosts {self.limit}" if self.limit else "all hosts of the run"
+        return f"pid {self.pid} (run {self.run}, {hosts}; {len(self.processes)} process(es) in all)"
+
+
+def _points_into(pid: int, folders: Sequence[Path]) -> Path | None:
+    """The run folder a process works in: its cwd (ansible-runner starts ansible-playbook in
+    <run>/project) or its AWX_ISOLATED_DATA_DIR (<run>/artifacts/<run>, inherited by every worker)."""
+    places: list[str] = []
+    with suppress(OSError):
+        places.append(os.readlink(f"/proc/{pid}/cwd"))
+    with suppress(OSError), open(f"/proc/{pid}/environ", "rb") as handle:
+        for item in handle.read().split(b"\0"):
+            if item.startswith(b"AWX_ISOLATED_DATA_DIR="):
+                places.append(item.split(b"=", 1)[1].decode(errors="replace"))
+    for place in places:
+        path = Path(place)
+        for folder in folders:
+            if path == folder or folder in path.parents:
+                return folder
+    return None
+
+
+def _limit_of(cmdline: Sequence[str]) -> str:
+    for index, part in enumerate(cmdline):
+        if part in ("--limit", "-l") and index + 1 < len(cmdline):
+            return cmdline[index + 1]
+        if part.startswith("--limit="):
+            return part.split("=", 1)[1]
+    return ""
+
+
+def find_orphans(inventory_root: Path, exclude: Path | None = None) -> list[Orphan]:
+    """The ansible-playbook processes (this user's) that work in a run folder of the inventory whose
+    gpubring process is gone, each with its descendants and their sessions."""
+    folders = _over_runs(inventory_root, exclude)
+    if not folders:
+        return []
+    table = _process_table()
+    me = os.getpid()
+    found: dict[int, Path] = {}
+    for pid in table:
+        if pid != me and _is_ansible_playbook(pid):
+            folder = _points_into(pid, folders)
+            if folder is not None:
+                found[pid] = folder
+    # The top ones: an ansible-playbook whose parent is not one of them (workers are forks of it).
+    roots = sorted(pid for pid in found if table[pid][0] not in found)
+    orphans = []
+    for pid in roots:
+        seen, sessions = _descendants(table, [pid])
+        orphans.append(
+            Orphan(
+                pid=pid,
+                run=found[pid].name,
+                folder=found[pid],
+                limit=_limit_of(_cmdline_of(pid)),
+                processes=seen,
+                sessions=frozenset(sessions),
+            )
+        )
+    return orphans
+
+
+def kill_orphans(orphans: Sequence[Orphan]) -> int:
+    """SIGKILL the orphans, their descendants and their sessions; return how many processes."""
+    seen: dict[int, int] = {}
+    sessions: set[int] = set()
+    for orphan in orphans:
+        seen.update(orphan.processes)
+        sessions |= orphan.sessions
+    return _kill(seen, sessions) if seen else 0
 
 
 # --- settings and result --------------------------------------------------------------------------
@@ -444,6 +614,8 @@ class RunSettings:
     options: RunOptions = field(default_factory=RunOptions)
     keep_runs: int = runstore.DEFAULT_KEEP
     run_folder: Path | None = None
+    # The --only/--from the operator gave, as typed (`--only preflight,host`): the run is partial.
+    phase_option: str = ""
 
 
 @dataclass(frozen=True)
@@ -516,21 +688,27 @@ def _prepare(settings: RunSettings, folder: Path) -> tuple[Path, list[PhasePlay]
     return playbook, plays, [settings.hosts_file.resolve()]
 
 
-def _cmdline(settings: RunSettings, folder: Path, private_dir: Path) -> str:
+EXTRA_VARS_PREFIX = "extra-vars-"
+LOCAL_TEMP = "tmp"
+
+
+def _cmdline(settings: RunSettings, folder: Path) -> str:
     args: list[str] = []
     play_vars: dict[str, Any] = {}
     if settings.serial is not None:
         play_vars["gpubring_serial"] = settings.serial
+    vars_dir = folder / "vars"
+    vars_dir.mkdir(mode=0o700, exist_ok=True)
     if play_vars:
-        vars_file = folder / "vars" / "gpubring.json"
-        vars_file.parent.mkdir(mode=0o700, exist_ok=True)
+        vars_file = vars_dir / "gpubring.json"
         runstore.write_private(vars_file, json.dumps(play_vars, indent=2))
         args += ["-e", f"@{vars_file}"]
     for index, source in enumerate(settings.options.extra_vars):
         if isinstance(source, Path):
             args += ["-e", f"@{source}"]
             continue
-        path = private_dir / f"extra-vars-{index}.json"
+        # Under the run folder (0700), removed when the run ends; never in the system's /tmp.
+        path = vars_dir / f"{EXTRA_VARS_PREFIX}{index}.json"
         runstore.write_private(path, json.dumps(dict(source), default=str))
         args += ["-e", f"@{path}"]
     if settings.options.check:
@@ -547,9 +725,12 @@ def facts_dir(inventory_root: Path) -> Path:
     return folder
 
 
-def _envvars(settings: RunSettings, accel: Accelerator) -> dict[str, str]:
+def _envvars(settings: RunSettings, accel: Accelerator, folder: Path) -> dict[str, str]:
     root = paths.project_root()
     env = {
+        # ansible's local temporary files (module payloads with their arguments) stay in the run
+        # folder, not in ~/.ansible/tmp, where a killed run would leave them.
+        "ANSIBLE_LOCAL_TEMP": str(folder / LOCAL_TEMP),
         # ansible-playbook from the same installation as gpubring (a venv that is not activated).
         "PATH": os.pathsep.join(filter(None, (str(Path(sys.executable).parent), os.environ.get("PATH")))),
         "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
@@ -657,13 +838,10 @@ class _Session:
             self.state.notices.append(f"the live view stopped ({exc!r}); the run went on")
 
     def event_handler(self, raw: dict[str, Any]) -> bool:
-        event = parse(raw)
-        if isinstance(event, PlayStart):
-            event = self.tracker.play_started(event)
         if self.settings.options.verbosity and raw.get("stdout"):
             self.emit(Output(str(raw["stdout"])))
-        if event is not None:
-            self.emit(event)
+        for event in parse_all(raw):
+            self.emit(self.tracker.play_started(event) if isinstance(event, PlayStart) else event)
         return True
 
     def status_handler(self, data: Mapping[str, Any], runner_config: Any = None) -> None:
@@ -716,13 +894,20 @@ def run(
     inventory_root = settings.inventory_root.resolve()
     folder = settings.run_folder or runstore.new_run_folder(inventory_root, settings.command, started)
     folder = folder.resolve()
+    me = os.getpid()
+    runstore.write_owner(folder, runstore.Owner(pid=me, start=process_start(me) or 0))
     runstore.prune(runstore.runs_dir(inventory_root), settings.keep_runs, protect=folder)
+    leftovers = clear_leftovers(inventory_root, exclude=folder)
     accel = accelerator(settings.options.accelerate)
     playbook, plays, inventories = _prepare(settings, folder)
-    session = _Session(settings, folder, plays, _envvars(settings, accel), on_event=on_event, cancel=cancel)
+    envvars = _envvars(settings, accel, folder)
+    session = _Session(settings, folder, plays, envvars, on_event=on_event, cancel=cancel)
+    if leftovers:
+        runs = ", ".join(sorted({p.parent.parent.name for p in leftovers}))
+        session.emit(Notice(f"removed {len(leftovers)} -e file(s) left by killed run(s): {runs}"))
     if accel.notice:
         session.emit(Notice(accel.notice))
-    private_dir = Path(tempfile.mkdtemp(prefix="gpubring-vars-"))
+    (folder / LOCAL_TEMP).mkdir(mode=0o700, exist_ok=True)
     ansible_rc: int | None = None
     runner_status = ""
     try:
@@ -732,7 +917,7 @@ def run(
                 ident=folder.name,
                 playbook=str(playbook),
                 inventory=[str(p) for p in inventories],
-                cmdline=_cmdline(settings, folder, private_dir),
+                cmdline=_cmdline(settings, folder),
                 envvars=dict(session.envvars),
                 limit=settings.options.limit,
                 tags=settings.options.tags,
@@ -751,8 +936,11 @@ def run(
             ansible_rc = runner.rc if isinstance(runner.rc, int) else None
             runner_status = str(runner.status)
     finally:
-        shutil.rmtree(private_dir, ignore_errors=True)
         session.finish(runner_status)
+        for path in (folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*.json"):
+            with suppress(OSError):
+                path.unlink()
+        shutil.rmtree(folder / LOCAL_TEMP, ignore_errors=True)
         meta = report.RunMeta(
             command=settings.command,
             inventory=inventory_root,
@@ -765,6 +953,12 @@ def run(
             phases_run=settings.phases,
             phases_skipped=settings.phases_skipped,
             options=_options(settings, accel),
+            partial=runstore.partial_by(
+                limit=settings.options.limit,
+                tags=settings.options.tags,
+                skip_tags=settings.options.skip_tags,
+                phases=settings.phase_option,
+            ),
         )
         data = report.build(session.state, meta)
         report_path = report.write(data, folder)

@@ -1,8 +1,9 @@
 """Run folders: one per run under <inventory root>/.gpubring/runs/<UTC timestamp>-<command>/.
 
 Each folder is the ansible-runner private_data_dir of one run (mode 0700) and ends with the run's
-report.json. This module creates them, prunes the oldest beyond a bound, lists them and finds one by
-name, unique prefix or `last`.
+report.json; owner.json records the gpubring process that runs it (pid and start time), so a later
+start can tell a run that is over (its gpubring gone) from one still going. This module creates them,
+prunes the oldest beyond a bound, lists them and finds one by name, unique prefix or `last`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 RUNS_SUBDIR = Path(".gpubring") / "runs"
 REPORT_NAME = "report.json"
+OWNER_NAME = "owner.json"
 DEFAULT_KEEP = 50
 TIMESTAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 _NAME = re.compile(r"^(?P<stamp>\d{8}T\d{6}Z)-(?P<command>[a-z][a-z0-9_-]*?)(?:-(?P<seq>\d+))?$")
@@ -92,6 +94,28 @@ def write_private(path: Path, text: str) -> None:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """The gpubring process of a run: its pid and its start time (clock ticks after boot, field 22
+    of /proc/<pid>/stat), so that a reused pid is not taken for it."""
+
+    pid: int
+    start: int
+
+
+def write_owner(folder: Path, owner: Owner) -> None:
+    write_private(folder / OWNER_NAME, json.dumps({"pid": owner.pid, "start": owner.start}))
+
+
+def read_owner(folder: Path) -> Owner | None:
+    """The recorded owner of a run, or None (none recorded, or not readable)."""
+    try:
+        data = json.loads((folder / OWNER_NAME).read_text(encoding="utf-8"))
+        return Owner(pid=int(data["pid"]), start=int(data["start"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     name: str
     folder: Path
@@ -150,10 +174,37 @@ def find_run(base: Path, key: str) -> RunRecord:
     raise RunNotFoundError(f"{key!r} matches {len(matches)} runs ({names}{more}); give more of the name")
 
 
+def partial_by(
+    *, limit: str | None = None, tags: str | None = None, skip_tags: str | None = None, phases: str = ""
+) -> list[str]:
+    """What made a run partial, as the operator typed it: `--only host`, `--limit gpu01`, `--tags x`.
+    Empty for a full run. `phases` is the --only/--from option given (phases the inventory leaves
+    out do not make a run partial: that is the inventory's whole run)."""
+    marks = [phases] if phases else []
+    marks += [f"{flag} {value}" for flag, value in (("--limit", limit), ("--tags", tags)) if value]
+    if skip_tags:
+        marks.append(f"--skip-tags {skip_tags}")
+    return marks
+
+
+def _scope(report: dict[str, Any]) -> tuple[bool, list[str]]:
+    """(check mode, partial_by) of a report; a report written before these fields reads its options."""
+    options = report.get("options") or {}
+    check = bool(report.get("check", options.get("check", False)))
+    partial = report.get("partial")
+    if not isinstance(partial, list):
+        partial = partial_by(
+            limit=options.get("limit"), tags=options.get("tags"), skip_tags=options.get("skip_tags")
+        )
+    return check, [str(p) for p in partial]
+
+
 def summary_row(record: RunRecord) -> dict[str, Any]:
-    """One run as `gpubring runs` lists it (and prints with --json)."""
+    """One run as `gpubring runs` lists it (and prints with --json): `check` marks a check-mode run
+    (its `changed` counts are what would change), `partial` what narrowed it (empty: a full run)."""
     report = record.report or {}
     stats = report.get("stats") or {}
+    check, partial = _scope(report)
     return {
         "run": record.name,
         "folder": str(record.folder),
@@ -162,8 +213,16 @@ def summary_row(record: RunRecord) -> dict[str, Any]:
         "status": record.status,
         "exit_code": report.get("exit_code"),
         "duration_s": report.get("duration_s"),
+        "check": check,
+        "partial": partial,
         "changed": {str(host): int(row.get("changed", 0)) for host, row in stats.items()},
     }
+
+
+def scope_text(check: bool, partial: list[str]) -> str:
+    """`check`, `partial: --limit gpu01`, both, or `full`: how much of the inventory a run covered."""
+    parts = (["check"] if check else []) + ([f"partial: {', '.join(partial)}"] if partial else [])
+    return "; ".join(parts) or "full"
 
 
 def display_cells(row: dict[str, Any], max_hosts: int = 6) -> dict[str, str]:
@@ -184,8 +243,16 @@ def display_cells(row: dict[str, Any], max_hosts: int = 6) -> dict[str, str]:
             per_host += f" +{len(touched) - max_hosts} more"
         if unchanged:
             per_host += f", {unchanged} unchanged"
+    if row.get("check") and changed:
+        # A dry run changed nothing: its counts are what would change.
+        per_host = (
+            f"would change: {per_host}"
+            if any(changed.values())
+            else f"would change 0 on {len(changed)} host(s)"
+        )
     return {
         "started": f"{with_time}Z" if with_time else "",
         "duration": f"{duration:.1f} s" if isinstance(duration, int | float) else "",
+        "scope": scope_text(bool(row.get("check")), list(row.get("partial") or [])),
         "changed": per_host,
     }

@@ -3,8 +3,10 @@
 On a terminal, a rich Live table shows the current phase and play, each host's current task and its
 counts (ok / changed / failed / unreachable / skipped), with phase, play and failure lines printed
 above it. Elsewhere (CI logs, pipes) the same lines are printed plainly, one per phase, play start and
-failed or unreachable result. The view folds the same events as the report (events.RunState);
-`summary()` renders a report dict, so `gpubring runs RUN` shows a past run exactly as `up` did.
+failed or unreachable result. When preflight has read the hosts (at the next play, or at the recap),
+the hardware summary is printed once, one line per host. The view folds the same events as the
+report (events.RunState); `summary()` renders a report dict, so `gpubring runs RUN` shows a past
+run exactly as `up` did.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from gpubring.events import (
     AnsibleError,
     Cancelled,
     Event,
+    HardwareSummary,
     HostResult,
     Notice,
     Output,
+    PlaybookStats,
     PlayStart,
     RunState,
     TaskStart,
@@ -53,6 +57,54 @@ def skipped_lines(skipped: Sequence[tuple[str, str]], verb: str) -> list[str]:
     for phase, reason in skipped:
         by_reason.setdefault(reason, []).append(phase)
     return [f"{verb} {', '.join(phases)}: {reason}" for reason, phases in by_reason.items()]
+
+
+def _yes_no(value: Any, yes: str = "on", no: str = "off") -> str:
+    if value is None or value == "":
+        return "unknown"
+    if isinstance(value, str):
+        value = value.strip().lower() in ("true", "yes", "1", "on")
+    return yes if value else no
+
+
+def hardware_line(host: str, summary: Mapping[str, Any]) -> str:
+    """One host's preflight summary on one line: what an operator compares across 200 GPU nodes."""
+    try:
+        memory_text = f"{int(str(summary.get('memory_mib'))) / 1024:.1f} GiB"
+    except (TypeError, ValueError):
+        memory_text = "? GiB"
+    models = summary.get("gpu_models") or []
+    gpus = f"GPUs {summary.get('gpu_count', 0)}"
+    if models:
+        gpus += f" ({', '.join(str(m) for m in models)})"
+    nics = [str(n) for n in summary.get("rdma_nics") or []]
+    links = sorted({n.split()[2] for n in nics if len(n.split()) > 2})
+    nic_text = f"RDMA NICs {len(nics)}" + (f" ({', '.join(links)})" if links else "")
+    problems = len(summary.get("failures") or []) + len(summary.get("warnings") or [])
+    parts = [
+        f"{summary.get('os', '?')}, kernel {summary.get('kernel', '?')}",
+        f"{summary.get('cpus', '?')} CPUs, {memory_text}, NUMA {summary.get('numa_nodes', '?')}",
+        gpus,
+        f"NVSwitches {summary.get('nvswitch_count', 0)}",
+        f"driver {summary.get('driver') or 'none loaded'}",
+        nic_text,
+        f"IOMMU {_yes_no(summary.get('iommu'))}",
+        f"Secure Boot {_yes_no(summary.get('secure_boot'))}",
+    ]
+    if _yes_no(summary.get("dgx_os")) == "on":
+        parts.append("DGX OS")
+    if problems:
+        parts.append(f"{problems} problem(s)")
+    return f"{host}: " + " · ".join(parts)
+
+
+def hardware_lines(hardware: Mapping[str, Mapping[str, Any]]) -> list[Text]:
+    """The hardware block: a heading and one line per host (empty without hosts)."""
+    if not hardware:
+        return []
+    lines = [Text(f"hardware (preflight, {len(hardware)} host(s)):", style="bold")]
+    lines += [Text(f"  {hardware_line(host, summary)}") for host, summary in hardware.items()]
+    return lines
 
 
 def _task_label(task: str, role: str) -> str:
@@ -85,6 +137,7 @@ class RunView:
         self._last_line = clock()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
+        self._hardware: dict[str, Mapping[str, Any]] = {}
 
     def print(self, renderable: RenderableType) -> None:
         self.console.print(renderable)
@@ -92,8 +145,22 @@ class RunView:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    def intro(self, title: str, phases_run: Sequence[str], phases_skipped: Sequence[tuple[str, str]]) -> None:
+    def intro(
+        self,
+        title: str,
+        phases_run: Sequence[str],
+        phases_skipped: Sequence[tuple[str, str]],
+        *,
+        check: bool = False,
+        partial: Sequence[str] = (),
+    ) -> None:
+        """The banner: the title, then the scope when the run is a dry run or narrowed (`check mode:
+        nothing is changed`, `partial: --only preflight, --limit gpu01, --tags x`), the phases."""
         self.print(Text(title, style="bold"))
+        if check:
+            self.print(Text("check mode (--check): nothing is changed; changed counts are what would change"))
+        if partial:
+            self.print(Text(f"partial: {', '.join(partial)}"))
         if phases_run:
             self.print(Text(f"phases: {', '.join(phases_run)}"))
         for line in skipped_lines(phases_skipped, "skipping"):
@@ -117,6 +184,7 @@ class RunView:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._flush_hardware()
         if self._live is not None:
             self._live.stop()
             self._live = None
@@ -150,10 +218,20 @@ class RunView:
 
     def handle(self, event: Event) -> None:
         self.state.apply(event)
+        if isinstance(event, HardwareSummary):
+            self._hardware[event.host] = event.summary
+        elif isinstance(event, PlayStart | PlaybookStats):
+            # preflight's play is over: its hosts' hardware, once.
+            self._flush_hardware()
         if isinstance(event, TaskStart):
             self._task_started[event.host] = self.clock()
         line = self._line(event)
         if line is not None:
+            self.print(line)
+
+    def _flush_hardware(self) -> None:
+        pending, self._hardware = self._hardware, {}
+        for line in hardware_lines(pending):
             self.print(line)
 
     def _line(self, event: Event) -> Text | None:
@@ -287,11 +365,19 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
     totals = report.get("totals") or {}
     verdict = Text()
     status = str(report.get("status", "?"))
+    check = bool(report.get("check", (report.get("options") or {}).get("check", False)))
+    changed = (
+        f"would change {totals.get('changed', 0)} (check mode)"
+        if check
+        else f"changed {totals.get('changed', 0)}"
+    )
     verdict.append(f"{status} (exit {report.get('exit_code')})", style="bold " + _verdict_style(status))
     verdict.append(
-        f" · {len(stats)} host(s) · changed {totals.get('changed', 0)} · failed {totals.get('failed', 0)}"
+        f" · {len(stats)} host(s) · {changed} · failed {totals.get('failed', 0)}"
         f" · unreachable {totals.get('unreachable', 0)} · {report.get('duration_s', 0)} s"
     )
+    if report.get("partial"):
+        verdict.append(f" · partial: {', '.join(str(p) for p in report['partial'])}", style="dim")
     console.print(verdict)
     if report.get("run_folder"):
         console.print(Text(f"run folder: {report['run_folder']}", style="dim"))
@@ -304,8 +390,8 @@ def _verdict_style(status: str) -> str:
 def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """The `gpubring runs` list: one row per run, newest first."""
     table = Table(box=None, pad_edge=False)
-    for column in ("run", "started", "command", "status", "duration", "changed per host"):
-        table.add_column(column, no_wrap=column != "changed per host")
+    for column in ("run", "started", "command", "status", "duration", "scope", "changed per host"):
+        table.add_column(column, no_wrap=column not in ("scope", "changed per host"))
     for row in rows:
         status = str(row.get("status", ""))
         table.add_row(
@@ -314,6 +400,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             str(row.get("command", "")),
             Text(status, style=_verdict_style(status)),
             str(row.get("duration", "")),
+            Text(str(row.get("scope", "")), style="" if row.get("scope") == "full" else "yellow"),
             str(row.get("changed", "")),
         )
     return table

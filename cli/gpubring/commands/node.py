@@ -33,6 +33,7 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
     from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
+    from gpubring.commands.runs import warn_orphans
 
     inv = load_or_exit(inventory)
     try:
@@ -41,6 +42,7 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    warn_orphans(inventory, inv.root)
     code = nodeops.run_steps(
         inv,
         nodeops.plan(action, checked, force=force),

@@ -1,8 +1,14 @@
-"""`gpubring runs INVENTORY [RUN]`: past runs of an inventory, or one run's summary and failures."""
+"""`gpubring runs INVENTORY [RUN]`: past runs of an inventory, or one run's summary and failures.
+
+`--kill-orphans` stops the ansible-playbook processes that earlier runs of the inventory left running
+when their gpubring was killed (`gpubring up` and `gpubring node` point at it; see `warn_orphans`).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,12 +20,52 @@ RunArg = Annotated[
     str | None, typer.Argument(help="A run: its folder name, a unique prefix of it, or `last`.")
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+KillOrphans = Annotated[
+    bool,
+    typer.Option(
+        "--kill-orphans",
+        help="Stop (SIGKILL) the ansible-playbook processes earlier runs left running when their "
+        "gpubring was killed.",
+    ),
+]
 
 
-def command(inventory: InventoryArg, run: RunArg = None, json_out: JsonFlag = False) -> None:
-    """List past runs: start, command, status, duration, changed per host (newest first).
+def interactive() -> bool:
+    """Whether the operator can answer a question (stdin and stderr are terminals)."""
+    return sys.stdin.isatty() and sys.stderr.isatty()
 
-    With RUN, show that run's per-host summary, its failures and where it stopped.
+
+def warn_orphans(inventory: Path, inventory_root: Path) -> None:
+    """Before a run: say which ansible-playbook processes earlier runs of this inventory left running
+    (their gpubring is gone). On a terminal ask whether to stop them (default no); elsewhere print
+    the command that does, and go on."""
+    from gpubring import runner
+
+    orphans = runner.find_orphans(inventory_root)
+    if not orphans:
+        return
+    typer.echo(
+        f"warning: {len(orphans)} ansible-playbook process(es) left running by earlier gpubring runs of "
+        "this inventory (their gpubring is gone); they may still be changing hosts:",
+        err=True,
+    )
+    for orphan in orphans:
+        typer.echo(f"  {orphan.describe()}", err=True)
+    if interactive():
+        if typer.confirm("Stop them now (SIGKILL)?", default=False, err=True):
+            typer.echo(f"stopped {runner.kill_orphans(orphans)} process(es)", err=True)
+        return
+    typer.echo(f"  to stop them: gpubring runs {inventory} --kill-orphans", err=True)
+
+
+def command(
+    inventory: InventoryArg, run: RunArg = None, json_out: JsonFlag = False, kill_orphans: KillOrphans = False
+) -> None:
+    """List past runs: start, command, status, duration, scope (check, partial), changed per host
+    (newest first).
+
+    With RUN, show that run's per-host summary, its hardware (preflight), its failures and where it
+    stopped. With --kill-orphans, stop what earlier runs left running when their gpubring was killed.
     """
     from rich.console import Console
 
@@ -28,8 +74,12 @@ def command(inventory: InventoryArg, run: RunArg = None, json_out: JsonFlag = Fa
     if not inventory.exists():
         typer.echo(f"error: {inventory}: no such inventory folder or file", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT)
-    base = runstore.runs_dir(inventory if inventory.is_dir() else inventory.parent)
+    root = inventory if inventory.is_dir() else inventory.parent
+    base = runstore.runs_dir(root)
     console = Console(highlight=False)
+    if kill_orphans:
+        _kill_orphans(root)
+        return
     if run is None:
         rows = [runstore.summary_row(record) for record in runstore.list_runs(base)]
         if json_out:
@@ -50,4 +100,18 @@ def command(inventory: InventoryArg, run: RunArg = None, json_out: JsonFlag = Fa
         console.print(f"{record.name}: no report (the run is still going or was killed)")
     else:
         console.print(f"run {record.name}: gpubring {record.command}, started {record.started}")
+        for line in view.hardware_lines(record.report.get("hardware") or {}):
+            console.print(line)
         view.summary(console, record.report)
+
+
+def _kill_orphans(root: Path) -> None:
+    from gpubring import runner
+
+    orphans = runner.find_orphans(root)
+    if not orphans:
+        typer.echo("no ansible-playbook left running by an earlier run of this inventory")
+        return
+    for orphan in orphans:
+        typer.echo(f"stopping {orphan.describe()}")
+    typer.echo(f"stopped {runner.kill_orphans(orphans)} process(es)")

@@ -40,8 +40,9 @@ def command(
     # Imported here: `gpubring --help` must not load the inventory model, rich's live view or ansible.
     from rich.console import Console
 
-    from gpubring import report, runner, view
+    from gpubring import report, runner, runstore, view
     from gpubring.commands._common import load_or_exit
+    from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES, resolve_pattern
 
     inv = load_or_exit(inventory)
@@ -62,6 +63,8 @@ def command(
         _bad_input(f"--limit {limit}: matches no host of this inventory")
     if playbooks_dir is not None and not playbooks_dir.is_dir():
         _bad_input(f"--playbooks-dir {playbooks_dir}: not a folder")
+    warn_orphans(inventory, inv.root)
+    phase_option = f"--only {only}" if only else f"--from {from_phase}" if from_phase else ""
 
     settings = runner.RunSettings(
         inventory_root=inv.root,
@@ -72,11 +75,15 @@ def command(
         playbooks_dir=playbooks_dir,
         serial=str(inv.settings["gpubring_serial"]),
         options=run,
+        phase_option=phase_option,
     )
     console = Console(highlight=False)
     live = view.RunView(console)
     mode = " (check mode)" if run.check else ""
-    live.intro(f"gpubring up {inventory}{mode}", selection.run, selection.skipped)
+    partial = runstore.partial_by(limit=limit, tags=run.tags, skip_tags=run.skip_tags, phases=phase_option)
+    live.intro(
+        f"gpubring up {inventory}{mode}", selection.run, selection.skipped, check=run.check, partial=partial
+    )
     with live:
         result = runner.run(settings, on_event=live.handle)
     view.summary(console, result.report)
