@@ -20,8 +20,12 @@ def test_quorum_is_a_majority(members: int, quorum: int) -> None:
         (CPS[:3], ["gpu-1"], None),  # a worker: no etcd member
         (CPS[:3], ["cp-3"], None),  # 2 of 3 left, quorum 2
         (CPS[:5], ["cp-4", "cp-5"], None),  # 3 of 5 left, quorum 3
-        (CPS[:3], ["cp-2", "cp-3"], "leaves 1; etcd needs 2 of 3 (a majority: 3 // 2 + 1)"),
-        (CPS[:5], ["cp-3", "cp-4", "cp-5"], "remove at most 2 at a time"),
+        (
+            CPS[:3],
+            ["cp-2", "cp-3"],
+            "removing cp-2, cp-3 leaves 1 of 3 etcd members; quorum needs 2 (a majority: 3 // 2 + 1)",
+        ),
+        (CPS[:5], ["cp-3", "cp-4", "cp-5"], "remove at most 2 control planes at a time"),
         (CPS[:1], ["cp-1"], "leaves no control plane"),
         (CPS[:3], CPS[:3], "leaves no control plane"),
     ],

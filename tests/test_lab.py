@@ -512,3 +512,59 @@ def test_docs_list_every_lab_variable() -> None:
     doc = (REPO / "docs" / "lab.md").read_text()
     missing = [v.name for v in lab.lab_vars() if f"`{v.name}`" not in doc]
     assert missing == [], f"docs/lab.md does not explain {missing}"
+
+
+def test_lab_down_keeps_the_run_history_unless_purged(tmp_path: Path) -> None:
+    spec, _ = _written_lab(tmp_path)
+    lab.ensure_key(lab.LabPaths(spec.inventory_dir), spec.prefix)
+    run = spec.inventory_dir / ".gpubring" / "runs" / "20260101T000000Z-up"
+    run.mkdir(parents=True)
+    (run / "report.json").write_text("{}")
+    (spec.inventory_dir / ".gpubring" / "facts").mkdir()
+    result = CliRunner().invoke(lab_command.app, ["down", "--inventory-dir", str(spec.inventory_dir)])
+    assert result.exit_code == 0, result.output
+    assert "kept the run history" in result.output and "--purge removes it" in result.output
+    left = sorted(p.relative_to(spec.inventory_dir).as_posix() for p in spec.inventory_dir.rglob("*"))
+    assert left == [".gpubring", ".gpubring/runs", ".gpubring/runs/20260101T000000Z-up",
+                    ".gpubring/runs/20260101T000000Z-up/report.json"]  # fmt: skip
+    # What is left is no lab: a new lab may be made in the folder, and the runs stay with it.
+    lab.check_inventory_dir(spec)
+    _written_lab(tmp_path)
+    result = CliRunner().invoke(
+        lab_command.app, ["down", "--purge", "--inventory-dir", str(spec.inventory_dir)]
+    )
+    assert result.exit_code == 0, result.output
+    assert not spec.inventory_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("actions", "removed", "expected"),
+    [
+        (("keep", "keep", "create"), (), ["next: gpubring node add {inv} gpubunit-gpu2"]),
+        (("start", "create", "create"), (), ["next: gpubring node add {inv} gpubunit-gpu1",
+                                             "next: gpubring node add {inv} gpubunit-gpu2"]),
+        (("create", "create", "create"), (), ["next: gpubring up {inv}"]),  # a new lab
+        (("keep", "keep", "keep"), (), ["next: gpubring up {inv}"]),  # nothing added
+        (("create", "keep", "keep"), ("gpubunit-cp1",), ["next: gpubring up {inv}"]),  # reshaped
+    ],
+)  # fmt: skip
+def test_lab_up_says_how_to_join_the_nodes_it_added(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    actions: tuple[str, ...],
+    removed: tuple[str, ...],
+    expected: list[str],
+) -> None:
+    spec = _spec(tmp_path)
+    nodes = lab.lab_nodes(spec)
+    plan = lab.LabPlan(
+        tuple(lab.PlannedNode(n, 22201 + i, a) for i, (n, a) in enumerate(zip(nodes, actions, strict=True))),  # type: ignore[arg-type]
+        removed,
+    )
+    monkeypatch.setattr(lab, "up", lambda spec, out: plan)
+    inv = tmp_path / "lab"
+    result = CliRunner().invoke(lab_command.app, ["up", "--prefix", PREFIX, "--inventory-dir", str(inv)])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.output.splitlines() if ln.startswith("next:")] == [
+        e.format(inv=inv) for e in expected
+    ]

@@ -35,8 +35,8 @@ def quorum_problem(control_planes: Sequence[str], removing: Collection[str]) -> 
     need = etcd_quorum(total)
     if left < need:
         return (
-            f"removing {names} stops {len(gone)} of {total} etcd members at once and leaves {left}; "
-            f"etcd needs {need} of {total} (a majority: {total} // 2 + 1) to keep working and to remove "
-            f"the others' membership; remove at most {total - need} at a time"
+            f"removing {names} leaves {left} of {total} etcd members; quorum needs {need} "
+            f"(a majority: {total} // 2 + 1), so etcd would stop accepting writes; remove at most "
+            f"{total - need} control plane{'s' if total - need != 1 else ''} at a time"
         )
     return None

@@ -11,6 +11,10 @@
     remove   node_remove.yml --limit NODE: drain, kubeadm reset, etcd member, Node object; with
              --force (-e node_remove_force=true) for a node that is gone: nothing runs on it
              (GPU_NOTES 3).
+    reset    reset.yml on every host (the whole cluster) or on --limit's hosts: workers first, then the
+             control planes one at a time, the first one last; -e reset_confirm=yes, and with
+             --purge-host -e reset_purge_host=true. A --limit that would take etcd below quorum, or
+             reset the first control plane while other hosts stay, is refused before any host.
 
 Every step is one run (its own run folder and report.json) with the view, summary and exit codes of
 `gpubring up`; a step that does not succeed stops the next. The first control plane is refused: it
@@ -28,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpubring import paths, report, runner, view
 from gpubring.exitcodes import ExitCode
+from gpubring.guards import quorum_problem
 from gpubring.model import Inventory
+from gpubring.phases import resolve_pattern
 from gpubring.runopts import RunOptions
 from gpubring.yamlfile import did_you_mean
 
@@ -39,6 +45,30 @@ ACTIONS = ("add", "replace", "remove")
 ADD_PLAYBOOK = "node_add.yml"
 REMOVE_PLAYBOOK = "node_remove.yml"
 FORCE_VAR = "node_remove_force"
+RESET_PLAYBOOK = "reset.yml"
+CONFIRM_VAR = "reset_confirm"
+PURGE_VAR = "reset_purge_host"
+
+# What a reset does on each host (roles/kubeadm_join/tasks/reset.yml and reset_purge.yml), as the plan
+# of `gpubring reset` says it.
+RESET_REMOVES = (
+    "kubeadm reset (when kubeadm is installed): static pods, a control plane's etcd member",
+    "kubeadm's files in /etc/kubernetes (manifests, pki, *.conf), gpubring's /etc/kubernetes/kubeadm",
+    "/var/lib/kubelet (kubelet stopped, pod mounts unmounted), /var/lib/etcd on control planes",
+    "the CNI configuration /etc/cni/net.d/* and IPAM state /var/lib/cni, root's ~/.kube/config",
+    "firewall chains KUBE-*, CNI-*, cali-*, CILIUM_*, FLANNEL-* and the jumps to them; nftables "
+    "tables kube-proxy, calico (every other rule stays)",
+)
+RESET_KEEPS = (
+    "containerd and its configuration, the NVIDIA driver, fabric manager and container toolkit, RDMA, "
+    "kernel settings, the Kubernetes packages and kubelet's drop-ins (/etc/kubernetes/kubelet.conf.d)"
+)
+PURGE_REMOVES = (
+    "the packages kubeadm, kubelet, kubectl, kubernetes-cni, cri-tools (holds lifted), their "
+    "repository and key, /etc/kubernetes, /etc/default/kubelet, /opt/cni, gpubring's "
+    "/etc/containerd/config.toml and registry mirror (containerd restarts on its defaults)",
+    "still kept: the containerd package and images, the NVIDIA driver and toolkit, RDMA, kernel settings",
+)
 
 
 class NodeError(ValueError):
@@ -49,9 +79,9 @@ class NodeError(ValueError):
 class Step:
     """One playbook run of a node operation."""
 
-    command: str  # the run folder's command name: node-add, node-replace, node-remove
+    command: str  # the run folder's command name: node-add, node-replace, node-remove, reset
     playbook: Path
-    limit: str
+    limit: str  # empty: every host of the inventory
     purpose: str
     extra_vars: Mapping[str, Any] = field(default_factory=dict)
 
@@ -61,9 +91,10 @@ def first_control_plane(inv: Inventory) -> str:
     return members[0] if members else ""
 
 
-def check_nodes(inv: Inventory, names: Sequence[str]) -> tuple[str, ...]:
+def check_nodes(inv: Inventory, names: Sequence[str], *, removing: bool = False) -> tuple[str, ...]:
     """The nodes asked for, each once, in order. NodeError for a name that is not a host of the
-    inventory (with a did-you-mean) or for the first control plane."""
+    inventory (with a did-you-mean) or for the first control plane; when `removing` them (remove,
+    replace), also when that would take etcd below quorum (guards.quorum_problem)."""
     nodes = tuple(dict.fromkeys(names))
     problems = [
         f"{name} is not a host of {inv.hosts_file}{did_you_mean(name, inv.hosts)}; a new node goes into "
@@ -78,6 +109,9 @@ def check_nodes(inv: Inventory, names: Sequence[str]) -> tuple[str, ...]:
             "the API calls of node add, replace and remove. To replace or remove it, put another control "
             "plane first in hosts.yml."
         )
+    quorum = quorum_problem(inv.groups.get("control_plane") or (), nodes) if removing else None
+    if quorum and not problems:
+        problems.append(quorum)
     if problems:
         raise NodeError("\n".join(problems))
     return nodes
@@ -131,7 +165,7 @@ def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSetti
         command=step.command,
         playbook=step.playbook,
         serial=str(inv.settings["gpubring_serial"]),
-        options=replace(options, extra_vars=extra, limit=step.limit),
+        options=replace(options, extra_vars=extra, limit=step.limit or None),
     )
 
 
@@ -168,3 +202,73 @@ def run_steps(
         except OSError as exc:
             view.error(f"--json {options.json_report}: {exc.strerror or exc}")
     return code
+
+
+# --- reset ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """What `gpubring reset` runs: the hosts in the order they are reset, and the one step."""
+
+    workers: tuple[str, ...]  # reset first, in parallel (up to --forks)
+    control_planes: tuple[str, ...]  # then one at a time, the first control plane last
+    whole_cluster: bool
+    purge_host: bool
+    step: Step
+    first_control_plane: str = ""
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return self.workers + self.control_planes
+
+
+def _limit_hosts(inv: Inventory, limit: str) -> tuple[str, ...]:
+    """The hosts of the inventory that an Ansible --limit selects (`@FILE`: one host a line)."""
+    if limit.startswith("@"):
+        try:
+            text = Path(limit[1:]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise NodeError(f"--limit {limit}: {exc.strerror or exc}") from None
+        wanted = {line.strip() for line in text.splitlines() if line.strip()}
+        return tuple(h for h in inv.hosts if h in wanted)
+    return resolve_pattern(limit, inv.groups, list(inv.hosts))
+
+
+def plan_reset(
+    inv: Inventory, limit: str | None, *, purge_host: bool = False, playbooks_dir: Path | None = None
+) -> ResetPlan:
+    """The reset of every host (limit None) or of the hosts `limit` selects. NodeError when the limit
+    selects no host, would reset the first control plane while other hosts stay, or would take etcd
+    below quorum (the arithmetic in the message). Nothing is reached."""
+    chosen = _limit_hosts(inv, limit) if limit else tuple(inv.hosts)
+    if not chosen:
+        raise NodeError(f"--limit {limit}: matches no host of {inv.hosts_file}")
+    control_planes = tuple(inv.groups.get("control_plane") or ())
+    whole = set(chosen) == set(inv.hosts)
+    if not whole:
+        problem = quorum_problem(control_planes, chosen)
+        first = first_control_plane(inv)
+        if problem is None and first in chosen:
+            problem = (
+                f"{first} is the first control plane (control_plane[0]): the other hosts stay in its "
+                "cluster and gpubring makes its API calls there. Reset the whole cluster (no --limit), or "
+                "put another control plane first in hosts.yml and remove it with `gpubring node remove`."
+            )
+        if problem:
+            raise NodeError(problem)
+    workers = tuple(h for h in inv.hosts if h in chosen and h not in control_planes)
+    cps = tuple(h for h in reversed(control_planes) if h in chosen)
+    variables: dict[str, Any] = {CONFIRM_VAR: "yes"}
+    if purge_host:
+        variables[PURGE_VAR] = True
+    base = (playbooks_dir or paths.playbooks_dir()).resolve()
+    shown = "every host (the whole cluster)" if whole else ", ".join(workers + cps)
+    step = Step(
+        "reset",
+        base / RESET_PLAYBOOK,
+        "" if whole else ",".join(workers + cps),
+        f"reset {shown}" + (" and purge the Kubernetes packages" if purge_host else ""),
+        variables,
+    )
+    return ResetPlan(workers, cps, whole, purge_host, step, first_control_plane(inv))

@@ -73,10 +73,17 @@ def up_command(
         inventory_dir=inventory_dir,
     )
     try:
-        lab.up(spec, out=_say)
+        plan = lab.up(spec, out=_say)
     except lab.LabError as err:
         raise _fail(err) from None
-    typer.echo(f"next: gpubring up {inventory_dir}")
+    added = [p.node.name for p in plan.nodes if p.action == "create"]
+    grown = bool(added) and len(added) < len(plan.nodes) and not plan.remove
+    if not grown:
+        typer.echo(f"next: gpubring up {inventory_dir}")
+        return
+    # Nodes added to a lab that kept its others: join them alone, as on a real cluster.
+    for name in added:
+        typer.echo(f"next: gpubring node add {inventory_dir} {name}")
 
 
 @app.command("status")
@@ -107,8 +114,18 @@ def status_command(prefix: Prefix = None, inventory_dir: InventoryDir = lab.DEFA
 
 
 @app.command("down")
-def down_command(prefix: Prefix = None, inventory_dir: InventoryDir = lab.DEFAULT_INVENTORY_DIR) -> None:
-    """Remove the lab's containers, its key and its generated inventory (fine when there is no lab)."""
+def down_command(
+    prefix: Prefix = None,
+    inventory_dir: InventoryDir = lab.DEFAULT_INVENTORY_DIR,
+    *,
+    purge: Annotated[
+        bool, typer.Option("--purge", help="Also remove the run history (.gpubring/runs) of the lab.")
+    ] = False,
+) -> None:
+    """Remove the lab's containers, its key and its generated inventory (fine when there is no lab).
+
+    The run history (INVENTORY/.gpubring/runs, see `gpubring runs`) stays unless --purge.
+    """
     try:
         name = lab.find_prefix(prefix, inventory_dir)
         if name is None:
@@ -116,7 +133,7 @@ def down_command(prefix: Prefix = None, inventory_dir: InventoryDir = lab.DEFAUL
                 f"no lab for {inventory_dir}: nothing to remove (give --prefix to remove a lab by name)"
             )
             return
-        lab.down(name, inventory_dir, out=_say)
+        lab.down(name, inventory_dir, out=_say, purge=purge)
     except lab.LabError as err:
         raise _fail(err) from None
     typer.echo(f"lab {name}: down")

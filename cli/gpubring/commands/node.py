@@ -37,7 +37,7 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
 
     inv = load_or_exit(inventory)
     try:
-        checked = nodeops.check_nodes(inv, nodes)
+        checked = nodeops.check_nodes(inv, nodes, removing=action != "add")
     except nodeops.NodeError as exc:
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)

@@ -242,6 +242,9 @@ def status(prefix: str, inventory_dir: Path) -> list[LabStatus]:
     return sorted(rows, key=lambda r: (_GROUP_ORDER.get(r.group, 9), _natural(r.name)))
 
 
+# The run folders of an inventory (runstore's), which `down` keeps unless purged.
+RUNS_DIR = Path(".gpubring") / "runs"
+
 _GROUP_ORDER = {GROUP_CONTROL_PLANE: 0, GROUP_GPU: 1, GROUP_CPU: 2}
 
 
@@ -250,8 +253,12 @@ def _natural(name: str) -> tuple[str | int, ...]:
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
-def down(prefix: str, inventory_dir: Path, out: Callable[[str], None] = print) -> None:
-    """Remove the lab's containers, network, key and generated inventory; fine when none exist."""
+def down(
+    prefix: str, inventory_dir: Path, out: Callable[[str], None] = print, *, purge: bool = False
+) -> None:
+    """Remove the lab's containers, network, key and generated inventory; fine when none exist. The
+    run history (`.gpubring/runs`, the run folders and report.json of every run against the lab) stays
+    unless `purge`."""
     if engine_answers():
         containers = lab_containers(prefix)
         if containers:
@@ -268,5 +275,19 @@ def down(prefix: str, inventory_dir: Path, out: Callable[[str], None] = print) -
     if marker.get("prefix") not in (None, prefix):
         out(f"{inventory_dir}: holds lab {marker.get('prefix')!r}, not {prefix!r}; left alone")
         return
-    shutil.rmtree(inventory_dir)
-    out(f"removed {inventory_dir} (inventory, lab key, known_hosts, run history)")
+    runs = inventory_dir / RUNS_DIR
+    if purge or not runs.is_dir():
+        shutil.rmtree(inventory_dir)
+        out(f"removed {inventory_dir} (inventory, lab key, known_hosts, run history)")
+        return
+    for path in [*inventory_dir.iterdir(), *(inventory_dir / ".gpubring").iterdir()]:
+        if path in (runs, runs.parent):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    out(
+        f"removed {inventory_dir} (inventory, lab key, known_hosts); "
+        f"kept the run history {runs} (--purge removes it)"
+    )
