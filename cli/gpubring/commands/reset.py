@@ -7,6 +7,7 @@ bad input touches no host (exit 2). The logic lives in gpubring.nodeops.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -58,7 +59,7 @@ def _print_plan(inventory: Path, plan: ResetPlan, limit: str | None) -> None:
             "the API is not called: the Node objects of these hosts stay (NotReady); to take a node out of "
             "a running cluster use `gpubring node remove`"
         )
-    again = f" --limit '{limit}'" if limit else ""
+    again = f" --limit {shlex.quote(limit)}" if limit else ""
     purge = " --purge-host" if plan.purge_host else ""
     typer.echo(f"next: gpubring reset {inventory}{again}{purge} --yes")
 
@@ -79,6 +80,7 @@ def command(
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
     from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
+    from gpubring.commands.runs import warn_orphans
 
     inv = load_or_exit(inventory)
     try:
@@ -90,5 +92,6 @@ def command(
     if not yes and not run.check:
         _print_plan(inventory, plan, run.limit)
         raise typer.Exit(code=ExitCode.OK)
+    warn_orphans(inventory, inv.root)
     code = nodeops.run_steps(inv, [plan.step], run, title=f"gpubring reset {inventory}")
     raise typer.Exit(code=int(code))
