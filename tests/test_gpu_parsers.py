@@ -20,10 +20,7 @@ def fixture(relative: str) -> str:
 
 
 def test_module_utils_come_from_the_collection_path() -> None:
-    assert (
-        Path(P.__file__).resolve()
-        == (REPO / "plugins/module_utils/gpu_parsers.py").resolve()
-    )
+    assert Path(P.__file__).resolve() == (REPO / "plugins/module_utils/gpu_parsers.py").resolve()
     assert P.__name__.startswith("ansible_collections.gpubring.core.")
 
 

@@ -24,9 +24,7 @@ MI = 2**20
 
 P = collection_module("module_utils.gpu_parsers")
 T = collection_module("module_utils.gpu_topology")
-FILTERS: dict[str, Callable[..., Any]] = (
-    collection_module("filter.kubelet_topology").FilterModule().filters()
-)
+FILTERS: dict[str, Callable[..., Any]] = collection_module("filter.kubelet_topology").FilterModule().filters()
 numa_settings = FILTERS["kubelet_numa_settings"]
 memory_problems = FILTERS["kubelet_reserved_memory_problems"]
 memory_total = FILTERS["kubelet_reserved_memory_total"]
