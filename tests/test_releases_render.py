@@ -415,16 +415,24 @@ _DUMP_PLAY = """
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("inventory", ["mig-timeslicing", "dra-kueue-rdma"])
+@pytest.mark.parametrize("inventory", ["mig-timeslicing", "dra-kueue-rdma", "dra-kueue-rdma+wait"])
 def test_ansible_renders_the_same_releases(inventory: str, tmp_path: Path) -> None:
     """playbooks/platform.yml with helm_render_only=true, run by ansible-playbook on this machine as
-    the first control plane, renders the same releases as gpubring.releases (the plan)."""
+    the first control plane, renders the same releases as gpubring.releases (the plan). `+wait`:
+    a helm_release_defaults that sets one field keeps the engine's other fields (it replaced them all)."""
     import json
+    import shutil
     import sys
 
     from gpubring import paths
 
-    inv = load_inventory(INVENTORIES[inventory])
+    base, _, variant = inventory.partition("+")
+    root = INVENTORIES[base]
+    if variant:
+        root = tmp_path / base
+        shutil.copytree(INVENTORIES[base], root, ignore=shutil.ignore_patterns(".gpubring"))
+        (root / "group_vars" / "all" / "zz-helm.yml").write_text("helm_release_defaults: {wait: false}\n")
+    inv = load_inventory(root)
     out = tmp_path / "rendered.json"
     playbook = tmp_path / "render.yml"
     playbook.write_text(_DUMP_PLAY.format(platform=paths.playbooks_dir() / "platform.yml", out=out))
@@ -441,6 +449,8 @@ def test_ansible_renders_the_same_releases(inventory: str, tmp_path: Path) -> No
     by_ansible = json.loads(out.read_text())
     planned = plan_releases(inv)
     assert [r["name"] for r in by_ansible] == [r.name for r in planned]
+    if variant:  # the releases that leave `wait` to the defaults get the site's
+        assert False in {r.wait for r in planned}
     for rendered, release in zip(by_ansible, planned, strict=True):
         for key in (
             "chart",
@@ -455,6 +465,8 @@ def test_ansible_renders_the_same_releases(inventory: str, tmp_path: Path) -> No
             "ready",
         ):
             assert rendered[key] == getattr(release, key), f"{release.name}: {key}"
+        if variant:
+            assert rendered["create_namespace"] is True and isinstance(rendered["manifests"], list)
         source = dict(rendered["source"])
         assert source.pop("namespace") == release.namespace_object or not rendered["create_namespace"]
         assert source == dict(release.source), release.name

@@ -632,9 +632,15 @@ def _waits(
     return out
 
 
+def _release_defaults(variables: Variables) -> dict[str, Any]:
+    """The fields a release leaves out: the site's helm_release_defaults over the engine's own
+    (roles/helm/vars/main.yml __helm_release_fields), as the helm role combines them."""
+    return {**(variables.get("__helm_release_fields") or {}), **(variables.get("helm_release_defaults") or {})}
+
+
 def role_releases(role: str, variables: Variables) -> list[Release]:
     """The enabled releases of one role (its `__<role>_releases`), in order."""
-    helm_defaults = variables.get("helm_release_defaults") or {}
+    helm_defaults = _release_defaults(variables)
     out: list[Release] = []
     for release_id in variables.get(f"__{role}_releases") or []:
         release = render_release(role, str(release_id), variables, helm_defaults)
@@ -662,7 +668,7 @@ def plan_releases(inv: Inventory, host: str | None = None) -> list[Release]:
 def _extra_releases(variables: Variables) -> list[Release]:
     try:
         extras = variables.get("helm_releases") or []
-        helm_defaults = variables.get("helm_release_defaults") or {}
+        helm_defaults = _release_defaults(variables)
     except LookupRefused as exc:
         return [_deferred("helm", "helm_releases", f"helm_releases: {exc}")]
     out: list[Release] = []
