@@ -635,7 +635,8 @@ def _waits(
 def _release_defaults(variables: Variables) -> dict[str, Any]:
     """The fields a release leaves out: the site's helm_release_defaults over the engine's own
     (roles/helm/vars/main.yml __helm_release_fields), as the helm role combines them."""
-    return {**(variables.get("__helm_release_fields") or {}), **(variables.get("helm_release_defaults") or {})}
+    engine = variables.get("__helm_release_fields") or {}
+    return {**engine, **(variables.get("helm_release_defaults") or {})}
 
 
 def role_releases(role: str, variables: Variables) -> list[Release]:
