@@ -84,6 +84,47 @@ class Step:
     limit: str  # empty: every host of the inventory
     purpose: str
     extra_vars: Mapping[str, Any] = field(default_factory=dict)
+    skip_tags: tuple[str, ...] = ()  # the phases the inventory leaves out (node_phases)
+
+
+#: The phases of the node playbooks, by the tag their plays carry: node_add.yml imports preflight.yml,
+#: host.yml and verify.yml and tags its package, join and label plays `cluster`; node_remove.yml is
+#: all cluster phase (drain, reset, delete through the API).
+NODE_PHASES = ("preflight", "host", "cluster", "verify")
+
+
+def node_phases(inv: Inventory, check: bool) -> runner.PhaseSelection:
+    """The phases a node operation runs, chosen as `gpubring up` chooses them: the inventory's
+    gpubring_phases, and the ones in gpubring_phases_check_only only with --check. Raises NodeError
+    when none is left."""
+    try:
+        return runner.select_phases(
+            NODE_PHASES,
+            None,
+            None,
+            inv.phases,
+            inv.phases_skipped_reason,
+            check=check,
+            check_only=inv.phases_check_only,
+        )
+    except runner.PhaseError as exc:
+        raise NodeError(str(exc)) from None
+
+
+def with_phases(steps: Sequence[Step], selection: runner.PhaseSelection) -> list[Step]:
+    """The steps as the phases allow: each skips the phases left out by their tags (--skip-tags);
+    a step of node_remove.yml, all cluster phase, is dropped when that phase is left out. Raises
+    NodeError when no step is left (node remove on an inventory without the cluster phase)."""
+    skipped = tuple(phase for phase, _ in selection.skipped)
+    out = [
+        replace(step, skip_tags=skipped)
+        for step in steps
+        if not (step.playbook.name == REMOVE_PLAYBOOK and "cluster" in skipped)
+    ]
+    if not out:
+        why = dict(selection.skipped)["cluster"]
+        raise NodeError(f"nothing to run: removing a node is the cluster phase, and {why}")
+    return out
 
 
 def first_control_plane(inv: Inventory) -> str:
@@ -159,13 +200,14 @@ def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSetti
     """The runner settings of one step: the operator's options with the step's --limit, and the
     step's own variables after the operator's -e."""
     extra = (*options.extra_vars, dict(step.extra_vars)) if step.extra_vars else options.extra_vars
+    skip_tags = ",".join(filter(None, (options.skip_tags, *step.skip_tags))) or None
     return runner.RunSettings(
         inventory_root=inv.root,
         hosts_file=inv.hosts_file,
         command=step.command,
         playbook=step.playbook,
         serial=str(inv.settings["gpubring_serial"]),
-        options=replace(options, extra_vars=extra, limit=step.limit or None),
+        options=replace(options, extra_vars=extra, limit=step.limit or None, skip_tags=skip_tags),
     )
 
 
@@ -176,6 +218,7 @@ def run_steps(
     *,
     title: str,
     console: Console | None = None,
+    phases: runner.PhaseSelection | None = None,
 ) -> ExitCode:
     """Run the steps in order, each with the live view and summary of `gpubring up`; stop at the
     first step that does not succeed. Returns the exit code of the last step run; the options'
@@ -187,7 +230,11 @@ def run_steps(
     for number, step in enumerate(steps, start=1):
         counter = f" [{number}/{len(steps)}]" if len(steps) > 1 else ""
         live = view.RunView(console)
-        live.intro(f"{title}{mode}{counter}: {step.purpose}", (), ())
+        live.intro(
+            f"{title}{mode}{counter}: {step.purpose}",
+            phases.run if phases else (),
+            phases.skipped if phases else (),
+        )
         with live:
             result = runner.run(settings(inv, step, options), on_event=live.handle)
         view.summary(console, result.report)

@@ -38,16 +38,15 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
     inv = load_or_exit(inventory)
     try:
         checked = nodeops.check_nodes(inv, nodes, removing=action != "add")
+        phases = nodeops.node_phases(inv, run.check)
+        steps = nodeops.with_phases(nodeops.plan(action, checked, force=force), phases)
     except nodeops.NodeError as exc:
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     warn_orphans(inventory, inv.root)
     code = nodeops.run_steps(
-        inv,
-        nodeops.plan(action, checked, force=force),
-        run,
-        title=f"gpubring node {action} {inventory} {' '.join(checked)}",
+        inv, steps, run, title=f"gpubring node {action} {inventory} {' '.join(checked)}", phases=phases
     )
     raise typer.Exit(code=int(code))
 
