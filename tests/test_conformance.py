@@ -1,0 +1,414 @@
+"""`gpubring verify --report DIR`: the conformance evidence from a recorded run, and the verb's input checks.
+
+The fixture (tests/fixtures/conformance/, made by its record.py) is shaped by the roles themselves:
+verify_results is what roles/verify tasks/cluster_results.yml publishes when ansible-playbook runs it
+on registered.yml (the values the smoke tests register, recorded; the first test runs it again and
+compares), and gpu_acceptance_result is built with the role's plugins/module_utils/gpu_expect.py
+(check, dcgm_check, verdict), inside the job events ansible-runner writes for a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gpubring import conformance, verifyfacts, versions
+from gpubring.app import app
+from helpers import FIXTURES, ansible_playbook, module_utils
+
+HERE = FIXTURES / "conformance"
+RUN = HERE / "run"
+REQUIREMENT_IDS = [
+    "dra_support",
+    "ai_inference",
+    "gang_scheduling",
+    "cluster_autoscaling",
+    "pod_autoscaling",
+    "accelerator_metrics",
+    "ai_service_metrics",
+    "secure_accelerator_access",
+    "robust_controller",
+]
+# The run report of that run (gpubring.report's fields), as `gpubring verify --acceptance` wrote it.
+REPORT: dict[str, Any] = {
+    "gpubring_version": "0.1.0",
+    "command": "verify",
+    "inventory": "/srv/cluster",
+    "run_folder": "/srv/cluster/.gpubring/runs/20260301T101500Z-verify",
+    "started": "2026-03-01T10:15:00+00:00",
+    "ended": "2026-03-01T10:21:40+00:00",
+    "status": "failed",
+    "exit_code": 1,
+    "partial": [],
+    "options": {"check": False, "limit": None, "tags": None, "skip_tags": None},
+    "failures": [
+        {
+            "host": "cp-01",
+            "task": "Check that each exporter answers with DCGM samples",
+            "role": "verify",
+            "status": "failed",
+            "message": "verify: DCGM exporters that do not answer with DCGM_FI_* metrics on :9400/metrics: "
+            "gpu-02 (10.244.2.9): no DCGM_FI_* sample;",
+            "phase": "verify",
+            "play": "Verify every host and the cluster",
+        }
+    ],
+}
+
+
+def matrix() -> list[dict[str, Any]]:
+    pinned = versions.load_pinned()
+    return [
+        {"path": path, "version": value, "overridden": path == "kubernetes.version", "pinned": value}
+        for path, value in versions.flatten(pinned)
+    ]
+
+
+def recorded() -> dict[str, Any]:
+    facts = verifyfacts.from_run_folder(RUN)
+    return {**REPORT, **facts.report_fields()}
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    return conformance.build(recorded(), matrix())
+
+
+def rows(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in document["requirements"]}
+
+
+# --- the fixture is what the roles publish ---------------------------------------------------------
+
+
+def test_fixture_verify_results_is_what_the_role_publishes(tmp_path: Path) -> None:
+    out = tmp_path / "verify_results.json"
+    done = ansible_playbook(
+        *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
+        HERE / "cluster_results_play.yml",
+        *("-e", f"registered={HERE / 'registered.yml'}", "-e", f"out={out}"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert verifyfacts.from_run_folder(RUN).verify_results == {"cp-01": json.loads(out.read_text())}
+
+
+def test_fixture_acceptance_results_have_the_roles_shape() -> None:
+    expect = module_utils("gpu_expect")
+    nodes = verifyfacts.from_run_folder(RUN).gpu_acceptance
+    assert sorted(nodes) == ["gpu-01", "gpu-02"]
+    for result in nodes.values():
+        assert set(result) == {"verdict", "checks", "expected"}
+        for check in result["checks"]:
+            assert check == expect.check(**check)
+        assert result["verdict"] == expect.verdict(result["checks"])
+
+
+# --- verifyfacts -----------------------------------------------------------------------------------
+
+
+def _ok(counter: int, host: str, facts: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "counter": counter,
+        "event": "runner_on_ok",
+        "event_data": {"host": host, "res": {"ansible_facts": facts}},
+    }
+
+
+def test_the_last_fact_of_a_host_wins_and_other_events_are_left_out() -> None:
+    events = [
+        _ok(1, "cp-01", {"verify_results": {"checks": [], "n": 1}}),
+        {
+            "counter": 2,
+            "event": "runner_on_failed",
+            "event_data": {"host": "cp-01", "res": {"ansible_facts": {"verify_results": {"n": 9}}}},
+        },
+        _ok(3, "cp-01", {"verify_results": {"checks": [], "n": 2}, "other": 1}),
+        _ok(4, "gpu-01", {"gpu_acceptance_result": {"verdict": "passed", "checks": []}}),
+        _ok(5, "gpu-01", {"preflight_summary": {"host": "gpu-01"}}),
+        _ok(6, "gpu-02", {"gpu_acceptance_result": "not a mapping"}),
+    ]
+    facts = verifyfacts.from_events(events)
+    assert facts.verify_results == {"cp-01": {"checks": [], "n": 2}}
+    assert facts.gpu_acceptance == {"gpu-01": {"verdict": "passed", "checks": []}}
+
+
+def test_job_events_are_read_by_counter_and_broken_files_skipped(tmp_path: Path) -> None:
+    events = tmp_path / "artifacts" / "x" / "job_events"
+    events.mkdir(parents=True)
+    (events / "10-b.json").write_text(json.dumps(_ok(10, "h", {"verify_results": {"n": 10}})))
+    (events / "9-a.json").write_text(json.dumps(_ok(9, "h", {"verify_results": {"n": 9}})))
+    (events / "11-c.json").write_text('{"counter": 11, "event": "runner_on_ok", "event_da')
+    assert [e["counter"] for e in verifyfacts.job_events(tmp_path)] == [9, 10]
+    assert verifyfacts.from_run_folder(tmp_path).verify_results == {"h": {"n": 10}}
+    assert verifyfacts.from_run_folder(tmp_path / "missing") == verifyfacts.VerifyFacts()
+
+
+# --- the document ----------------------------------------------------------------------------------
+
+
+def test_every_requirement_of_the_checklist_has_a_row_in_order(doc: dict[str, Any]) -> None:
+    assert [r["id"] for r in doc["requirements"]] == REQUIREMENT_IDS
+    assert {r["level"] for r in doc["requirements"]} == {"MUST"}
+    assert doc["checklist"]["version"] == "v1.34"
+    assert "cncf/k8s-ai-conformance" in doc["checklist"]["source"]
+    assert doc["schema"] == "gpubring.conformance/v1"
+
+
+def test_results_pass_fail_and_not_covered(doc: dict[str, Any]) -> None:
+    by_id = rows(doc)
+    assert {k: v["status"] for k, v in by_id.items()} == {
+        "dra_support": "passed",
+        "ai_inference": "not-covered",
+        "gang_scheduling": "passed",
+        "cluster_autoscaling": "not-covered",
+        "pod_autoscaling": "not-covered",
+        "accelerator_metrics": "failed",
+        "ai_service_metrics": "not-covered",
+        "secure_accelerator_access": "passed",
+        "robust_controller": "not-covered",
+    }
+    assert doc["summary"] == {"passed": 3, "failed": 1, "not-run": 0, "not-covered": 5}
+    assert by_id["accelerator_metrics"]["reason"] == "dcgm_metrics: no DCGM_FI_* sample from gpu-02"
+    for row in by_id.values():
+        if row["status"] == "not-covered":
+            assert row["reason"].startswith("not covered by gpubring: "), row
+            assert row["covered"] is False and row["checks"] == []
+    assert "Gateway API" in by_id["ai_inference"]["reason"]
+    assert "ClusterPolicy" in by_id["robust_controller"]["reason"]
+    assert "prometheus-adapter" in by_id["pod_autoscaling"]["reason"]
+
+
+def test_each_row_carries_its_checks_raw_output(doc: dict[str, Any]) -> None:
+    by_id = rows(doc)
+    checks = {c["name"]: c for r in doc["requirements"] for c in r["checks"]}
+    assert [c["name"] for c in by_id["gang_scheduling"]["checks"]] == ["gang_volcano", "gang_kueue"]
+    assert checks["gang_volcano"]["output"] == {
+        "phase": "Running",
+        "running": 3,
+        "pending": 0,
+        "min_available": 3,
+    }
+    assert checks["gang_kueue"] | {"expected": None} == {
+        "name": "gang_kueue",
+        "status": "skipped",
+        "expected": None,
+        "reason": "Kueue is off (schedulers_kueue_enabled)",
+        "output": None,
+    }
+    assert checks["dra_resourceslices"]["output"]["devices"] == {"gpu-03": 4}
+    assert checks["dra_resourceslices"]["output"]["api"] == "resource.k8s.io/v1"
+    assert checks["dcgm_metrics"]["output"] == {"gpu-01": "736", "gpu-02": "0", "gpu-03": "368"}
+    assert checks["dcgm_metrics"]["status"] == "failed"
+    assert checks["no_gpu_without_request"]["output"]["verify-no-gpu-1"] == {
+        "node": "gpu-01",
+        "rc": 0,
+        "nvidia_devices": [],
+    }
+    assert checks["one_gpu_per_pod"]["output"]["verify-gpu-2"]["output"].startswith("GPU 0: NVIDIA A100")
+    assert checks["distinct_gpus"]["output"]["shared"] == []
+    assert doc["cluster"] == {
+        "host": "cp-01",
+        "control_plane": "cp-01",
+        "tested_nodes": ["gpu-01", "gpu-02", "gpu-03"],
+        "dra_nodes": ["gpu-03"],
+    }
+    assert doc["run"]["failures"][0]["host"] == "cp-01"
+    assert doc["run"]["exit_code"] == 1
+
+
+def test_acceptance_verdict_of_every_node(doc: dict[str, Any]) -> None:
+    acceptance = doc["acceptance"]
+    assert acceptance["ran"] is True
+    assert {h: n["verdict"] for h, n in acceptance["nodes"].items()} == {
+        "gpu-01": "passed",
+        "gpu-02": "failed",
+    }
+    assert acceptance["nodes"]["gpu-02"]["failed"] == ["nic_link:mlx5_1/1"]
+    assert acceptance["nodes"]["gpu-02"]["skipped"] == ["dcgm_diag"]
+    assert acceptance["nodes"]["gpu-01"]["passed"] == [
+        "dcgm_diag",
+        "gpu_health:0000:1a:00.0",
+        "nic_link:mlx5_0/1",
+    ]
+    assert acceptance["nodes"]["gpu-02"]["checks"][1]["measured"] == {"state": "DOWN", "rate_gbps": None}
+
+
+def test_the_version_matrix(doc: dict[str, Any]) -> None:
+    by_path = {r["path"]: r for r in doc["versions"]}
+    pinned = versions.load_pinned()
+    assert by_path["kubernetes.version"]["version"] == pinned["kubernetes"]["version"]
+    assert by_path["kubernetes.version"]["overridden"] is True
+    assert len(doc["versions"]) == len(versions.flatten(pinned))
+    assert doc["kubernetes"] == pinned["kubernetes"]["version"]
+    assert doc["notes"] == []
+
+
+def test_another_kubernetes_minor_is_noted() -> None:
+    document = conformance.build(recorded(), [{"path": "kubernetes.version", "version": "1.35.1"}])
+    assert document["notes"] == [
+        "this cluster runs Kubernetes 1.35.1; the requirements are those of the v1.34 checklist"
+    ]
+
+
+def test_without_smoke_tests_or_acceptance_the_covered_rows_are_not_run() -> None:
+    data = {**REPORT, "options": {"skip_tags": "gpu_acceptance"}, "verify_results": {}, "gpu_acceptance": {}}
+    document = conformance.build(data, [])
+    by_id = rows(document)
+    for req in ("dra_support", "gang_scheduling", "accelerator_metrics", "secure_accelerator_access"):
+        assert by_id[req]["status"] == "not-run"
+        assert by_id[req]["reason"] == conformance.NO_SMOKE_TESTS
+    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 5}
+    assert document["acceptance"] == {
+        "ran": False,
+        "reason": "not run: gpubring verify ran without --acceptance",
+        "nodes": {},
+    }
+    assert document["cluster"] is None
+
+
+def test_a_skipped_required_check_leaves_the_requirement_not_run() -> None:
+    data = recorded()
+    fact = json.loads(json.dumps(data["verify_results"]["cp-01"]))
+    for check in fact["checks"]:
+        if check["name"] == "gang_volcano":
+            check.update(status="skipped", reason="Volcano is off (schedulers_volcano_enabled)", output=None)
+        if check["name"] == "distinct_gpus":
+            check.update(status="skipped", reason="no tested node has two allocatable GPUs", output=None)
+    by_id = rows(conformance.build({**data, "verify_results": {"cp-01": fact}}, []))
+    assert by_id["gang_scheduling"]["status"] == "not-run"
+    assert by_id["gang_scheduling"]["reason"] == (
+        "gang_volcano: Volcano is off (schedulers_volcano_enabled); "
+        "gang_kueue: Kueue is off (schedulers_kueue_enabled)"
+    )
+    assert by_id["secure_accelerator_access"]["status"] == "passed"  # distinct_gpus is optional
+
+
+def test_markdown(doc: dict[str, Any]) -> None:
+    text = conformance.to_markdown(doc)
+    lines = text.splitlines()
+    header = "| Requirement | ID | Level | Result | Check | Why |"
+    start = lines.index(header)
+    table = lines[start + 2 : start + 2 + len(REQUIREMENT_IDS)]
+    assert [line.split(" | ")[1].strip("`") for line in table] == REQUIREMENT_IDS
+    assert table[0].startswith(
+        "| Accelerators: DRA Support | `dra_support` | MUST | passed | roles/verify tasks/cluster_dra.yml"
+    )
+    assert "| Observability: Accelerator Metrics | `accelerator_metrics` | MUST | FAILED |" in text
+    assert (
+        "| Networking: AI Inference | `ai_inference` | MUST | not covered | none | not covered by gpubring: "
+        in text
+    )
+    assert "Summary: 3 passed, 1 FAILED, 0 not run, 5 not covered." in text
+    assert doc["checklist"]["source"] in text
+    assert '"gpu-02": "0"' in text  # raw output, fenced
+    assert "| gpu-01 | passed | — | rdma_write_bw:mlx5_0 |" in text
+    assert "| gpu-02 | failed | nic_link:mlx5_1/1 | dcgm_diag | pcie:0000:1b:00.0 |" in text
+    kubernetes = versions.load_pinned()["kubernetes"]["version"]
+    assert f"| `kubernetes.version` | {kubernetes} | {kubernetes} | yes |" in text
+    assert "- cp-01, Check that each exporter answers with DCGM samples: verify: DCGM exporters" in text
+    # Every row of a table has its header's columns (escaped pipes are no column).
+    widths: list[int] = []
+    for line in [*lines, ""]:
+        if line.startswith("|"):
+            widths.append(len(re.findall(r"(?<!\\)\|", line)))
+        elif widths:
+            assert len(set(widths)) == 1, widths
+            widths = []
+
+
+def test_markdown_cells_escape_pipes() -> None:
+    data = {**REPORT, "failures": [{"host": "a|b", "task": "t", "message": "x | y"}]}
+    text = conformance.to_markdown(conformance.build(data, [{"path": "p", "version": "1|2"}]))
+    assert "| `p` | 1\\|2 | — | no |" in text
+    assert "- a\\|b, t: x \\| y" in text
+
+
+# --- the verb --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def unreachable(tmp_path: Path) -> Path:
+    """An inventory whose only host refuses SSH (127.0.0.1, port 1)."""
+    root = tmp_path / "inventory"
+    root.mkdir()
+    (root / "hosts.yml").write_text(
+        "---\nall:\n  hosts:\n    node1:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n"
+        "      ansible_user: root\n  children:\n    control_plane:\n      hosts:\n        node1:\n"
+        "    gpu_nodes:\n      hosts:\n        node1:\n",
+        encoding="utf-8",
+    )
+    return root
+
+
+def runs_of(root: Path) -> list[Path]:
+    base = root / ".gpubring" / "runs"
+    return sorted(base.iterdir()) if base.is_dir() else []
+
+
+def test_bad_report_paths_exit_2_before_any_host(unreachable: Path, tmp_path: Path) -> None:
+    a_file = tmp_path / "report.txt"
+    a_file.write_text("x")
+    taken = tmp_path / "taken"
+    (taken / "conformance.json").mkdir(parents=True)
+    for bad, message in (
+        (a_file, "is not a folder"),
+        (tmp_path / "no" / "such" / "dir", "does not exist"),
+        (taken, "conformance.json is a folder"),
+    ):
+        result = CliRunner().invoke(app, ["verify", str(unreachable), "--report", str(bad)])
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+        assert "Traceback" not in result.output
+        assert runs_of(unreachable) == []
+    assert not (tmp_path / "no").exists()
+
+
+def test_bad_inventory_exits_2_and_creates_no_report_folder(tmp_path: Path) -> None:
+    report = tmp_path / "evidence"
+    result = CliRunner().invoke(app, ["verify", str(tmp_path / "missing"), "--report", str(report)])
+    assert result.exit_code == 2
+    assert not report.exists()
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs an ssh client for the unreachable host")
+def test_report_on_an_unreachable_cluster(unreachable: Path, tmp_path: Path) -> None:
+    report = tmp_path / "evidence"
+    result = CliRunner().invoke(app, ["verify", str(unreachable), "--report", str(report)])
+    assert result.exit_code == 4, result.output
+    assert stat.S_IMODE(report.stat().st_mode) == 0o700
+    for name in ("conformance.json", "conformance.md"):
+        assert stat.S_IMODE((report / name).stat().st_mode) == 0o600
+    document = json.loads((report / "conformance.json").read_text())
+    assert document["run"]["status"] == "unreachable"
+    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 5}
+    assert document["acceptance"]["reason"] == "not run: gpubring verify ran without --acceptance"
+    (run,) = runs_of(unreachable)
+    stored = json.loads((run / "report.json").read_text())
+    assert stored["command"] == "verify"
+    assert stored["options"]["skip_tags"] == "gpu_acceptance"
+    assert stored["phases"]["run"] == ["verify"]
+
+
+def test_help_lists_verify_without_importing_ansible() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['gpubring', '--help']\n"
+        "from gpubring.app import app\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('ansible', 'ansible_runner'))\n"
+        "print('HEAVY', heavy)\n"
+    )
+    env = {**os.environ, "COLUMNS": "200"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert "HEAVY []" in done.stdout
+    assert any(line.split()[:1] == ["verify"] for line in done.stdout.splitlines())
