@@ -90,6 +90,18 @@ class HardwareSummary:
 
 
 @dataclass(frozen=True)
+class RebootState:
+    """What the reboot role (roles/reboot) published for a host: the reasons of a reboot it did and
+    verified (`gpubring_rebooted`), or of one it did not do (`gpubring_reboot_pending`, with
+    `gpubring_reboot_pending_because`: "gpubring_reboot_allowed is false", "check mode (--check)", ...)."""
+
+    host: str
+    rebooted: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+    because: str = ""
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """The run was cancelled (Ctrl-C, SIGTERM or a caller's cancel flag); emitted by the runner."""
 
@@ -128,6 +140,7 @@ Event = (
     | HostResult
     | PlaybookStats
     | HardwareSummary
+    | RebootState
     | Cancelled
     | Notice
     | Output
@@ -254,11 +267,41 @@ def hardware_summary(event: Mapping[str, Any]) -> HardwareSummary | None:
     return HardwareSummary(host=_text(data.get("host")), summary=dict(summary))
 
 
+REBOOTED_FACT = "gpubring_rebooted"
+REBOOT_PENDING_FACT = "gpubring_reboot_pending"
+REBOOT_BECAUSE_FACT = "gpubring_reboot_pending_because"
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        return ()
+    return tuple(_text(item) for item in value if _text(item).strip())
+
+
+def reboot_state(event: Mapping[str, Any]) -> RebootState | None:
+    """The reboot role's verdict for a host that a result carries (its set_fact of `gpubring_rebooted`
+    or `gpubring_reboot_pending`), or None. Like the hardware summary, it arrives with the result."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data") or {}
+    res = data.get("res") if isinstance(data, Mapping) else None
+    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+    if not isinstance(facts, Mapping) or not ({REBOOTED_FACT, REBOOT_PENDING_FACT} & set(facts)):
+        return None
+    return RebootState(
+        host=_text(data.get("host")),
+        rebooted=_texts(facts.get(REBOOTED_FACT)),
+        pending=_texts(facts.get(REBOOT_PENDING_FACT)),
+        because=_text(facts.get(REBOOT_BECAUSE_FACT)).strip(),
+    )
+
+
 def parse_all(event: Mapping[str, Any]) -> list[Event]:
-    """`parse()`'s event, then the hardware summary the same result carries, if any."""
+    """`parse()`'s event, then the hardware summary and the reboot verdict the same result carries."""
     parsed = parse(event)
     summary = hardware_summary(event)
-    return [e for e in (parsed, summary) if e is not None]
+    reboot = reboot_state(event)
+    return [e for e in (parsed, summary, reboot) if e is not None]
 
 
 def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -355,6 +398,10 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     # host -> the preflight hardware summary, in the order hosts reported it.
     hardware: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    # host -> the reasons of the reboot the reboot role did and verified.
+    rebooted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # host -> (the reasons of a reboot not done, why not).
+    reboot_pending: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
 
     def host(self, name: str) -> HostState:
         state = self.hosts.get(name)
@@ -388,6 +435,17 @@ class RunState:
             self.notices.append(event.message)
         elif isinstance(event, HardwareSummary):
             self.hardware[event.host] = event.summary
+        elif isinstance(event, RebootState):
+            self._reboot(event)
+
+    def _reboot(self, event: RebootState) -> None:
+        # The last word wins: a host rebooted after an earlier batch said pending is not pending.
+        if event.rebooted:
+            self.rebooted[event.host] = event.rebooted
+        if event.pending:
+            self.reboot_pending[event.host] = (event.pending, event.because)
+        else:
+            self.reboot_pending.pop(event.host, None)
 
     def _result(self, event: HostResult) -> None:
         state = self.host(event.host)

@@ -19,6 +19,9 @@ Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and the
   `--skip-tags y`); empty for a full run;
 - hardware: {host: preflight_summary} for each host preflight read (GPUs, NVSwitches, RDMA NICs,
   NUMA, IOMMU, Secure Boot, ...), empty when preflight did not run;
+- rebooted: {host: [reason, ...]} for each host the reboot play (roles/reboot) rebooted and verified;
+- reboot_pending: {host: {"reasons": [...], "because": "gpubring_reboot_allowed is false"}} for each host
+  that needs a reboot the run did not do (not allowed, a role's own setting, check mode);
 - errors: what ansible printed as an error outside any task; ansible_rc: ansible-playbook's exit status;
 - notices: what gpubring said once during the run (an accelerator fallback, for example).
 """
@@ -60,6 +63,8 @@ REPORT_FIELDS = (
     "check",
     "partial",
     "hardware",
+    "rebooted",
+    "reboot_pending",
     "errors",
     "notices",
 )
@@ -135,6 +140,11 @@ def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
         "check": bool(meta.options.get("check", False)),
         "partial": list(meta.partial),
         "hardware": {host: dict(summary) for host, summary in sorted(state.hardware.items())},
+        "rebooted": {host: list(reasons) for host, reasons in sorted(state.rebooted.items())},
+        "reboot_pending": {
+            host: {"reasons": list(reasons), "because": because}
+            for host, (reasons, because) in sorted(state.reboot_pending.items())
+        },
         "errors": list(state.errors),
         "notices": list(state.notices),
     }

@@ -107,6 +107,29 @@ def hardware_lines(hardware: Mapping[str, Mapping[str, Any]]) -> list[Text]:
     return lines
 
 
+def _hosts_with_reasons(items: Sequence[tuple[str, Sequence[str]]]) -> str:
+    return ", ".join(f"{host} ({'; '.join(str(r) for r in reasons)})" for host, reasons in items)
+
+
+def reboot_lines(report: Mapping[str, Any]) -> list[Text]:
+    """What the reboot play did: `rebooted: host (reasons), ...`, and one line per reason it did not
+    reboot: `reboot needed (gpubring_reboot_allowed is false): host1 (reasons), host2 (reasons)`."""
+    lines: list[Text] = []
+    rebooted = report.get("rebooted") or {}
+    if rebooted:
+        lines.append(Text(f"rebooted: {_hosts_with_reasons(list(rebooted.items()))}", style="green"))
+    by_because: dict[str, list[tuple[str, Sequence[str]]]] = {}
+    for host, pending in (report.get("reboot_pending") or {}).items():
+        if isinstance(pending, Mapping):
+            by_because.setdefault(str(pending.get("because") or ""), []).append(
+                (host, list(pending.get("reasons") or []))
+            )
+    for because, items in by_because.items():
+        head = f"reboot needed ({because})" if because else "reboot needed"
+        lines.append(Text(f"{head}: {_hosts_with_reasons(items)}", style="bold yellow"))
+    return lines
+
+
 def _task_label(task: str, role: str) -> str:
     return f"{role} : {task}" if role and task else task or role
 
@@ -314,7 +337,8 @@ def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
 
 
 def summary(console: Console, report: Mapping[str, Any]) -> None:
-    """Print the summary of a run report: per-host table, failures, where it stopped, the verdict."""
+    """Print the summary of a run report: per-host table, failures, where it stopped, the reboots done
+    and pending, the verdict."""
     stats = report.get("stats") or {}
     if stats:
         console.print(summary_table(stats))
@@ -358,6 +382,8 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
             console.print(
                 Text(f"  {host}: {state} {_task_label(where.get('task', ''), where.get('role', ''))}")
             )
+    for reboot_line in reboot_lines(report):
+        console.print(reboot_line)
     skipped = (report.get("phases") or {}).get("skipped") or []
     pairs = [(str(item.get("phase")), str(item.get("reason"))) for item in skipped]
     for line in skipped_lines(pairs, "skipped"):
