@@ -214,3 +214,16 @@ def test_a_run_without_reboots_says_nothing_about_them(tmp_path: Path) -> None:
     assert doc["rebooted"] == {} and doc["reboot_pending"] == {}
     lines = _summary(doc).splitlines()
     assert not [line for line in lines if line.startswith(("rebooted:", "reboot needed"))]
+
+
+def test_the_drain_before_a_reboot_is_a_no_op_without_a_control_plane_group(tmp_path: Path) -> None:
+    # Ansible resolves delegate_to before `when`: an inventory without control_plane must not fail there.
+    play = tmp_path / "drain.yml"
+    tasks = [
+        {"ansible.builtin.include_role": {"name": "gpubring.core.node_drain", "tasks_from": entry}}
+        for entry in ("drain", "uncordon")
+    ]
+    play.write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}]))
+    done = ansible_playbook("-i", DATA / "inventories" / "reboot.yml", "--limit", "cpu02", play)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "cpu02 is in no cluster yet (no control_plane group): nothing to" in done.stdout
