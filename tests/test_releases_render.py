@@ -143,16 +143,23 @@ def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
         "nvidia-dra-driver-gpu",
     ]
     gpu = releases["gpu-operator"]
-    # DRA on the gpu_dra group only: the device plugin stays, switched off by label on those nodes.
+    # ComputeDomains on the gpu_dra group: every GPU node keeps the device plugin (the validator waits
+    # for nvidia.com/gpu on each), and no node's device plugin is switched off by label.
     assert gpu.values["devicePlugin"]["enabled"] is True
-    off = {
-        o["metadata"]["name"]
-        for o in gpu.manifests
-        if o["metadata"]["labels"].get("nvidia.com/gpu.deploy.device-plugin") == "false"
-    }
-    assert off == set(inv.groups["gpu_dra"])
+    labels = [o["metadata"].get("labels", {}) for o in gpu.manifests]
+    assert not any("nvidia.com/gpu.deploy.device-plugin" in node for node in labels)
     dra = releases["nvidia-dra-driver-gpu"]
-    assert dra.values["kubeletPlugin"]["nodeSelector"] == {"nvidia.com/gpu.deploy.device-plugin": "false"}
+    # GPUs through DRA stay off, as chart 25.8.0's validation.yaml has them; the kubelet plugin runs
+    # only on the group's nodes, by name.
+    assert dra.values["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
+    assert dra.values["gpuResourcesEnabledOverride"] is False
+    assert "nodeSelector" not in dra.values["kubeletPlugin"]
+    affinity = dra.values["kubeletPlugin"]["affinity"]["nodeAffinity"]
+    by_name = {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gb200-1", "gb200-2"]}
+    assert affinity["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [by_name]}]
+    }
+    assert dra.ready == []  # no GPU ResourceSlices to wait for
     assert dra.values["nvidiaDriverRoot"] == "/"
     assert dra.source["kind"] == "file"
     assert dra.source["copy_from"] == str(

@@ -119,7 +119,12 @@ def test_role_defaults_follow_the_platform_inputs(inventories: dict[str, Invento
     assert mig["verify_gang_volcano"] is True and mig["verify_gang_kueue"] is False
     assert int(mig["verify_time_slicing_replicas"]) == 4
     assert dra["verify_gang_kueue"] is True and dra["verify_kueue_cluster_queue"] == "gpu-cluster-queue"
-    assert dra["verify_dra"] is True and dra["verify_dra_group"] == "gpu_dra"
+    # ComputeDomains only: the GPUs stay with the device plugin, tested through pods on every GPU node.
+    assert dra["verify_dra"] is False and dra["verify_dra_group"] == "gpu_dra"
+    # GPUs through DRA (all-on): every GPU node is tested through its ResourceSlices.
+    all_on = load_inventory(VARIANTS / "all-on")
+    assert (role_vars(all_on)["verify_dra"], role_vars(all_on)["verify_dra_group"]) == (True, "gpu_nodes")
+    assert plan_for(all_on) == []
     assert dra["verify_rdma_pods"] is True
 
 
@@ -182,8 +187,10 @@ def test_rdma_pods_and_their_namespace(inventories: dict[str, Inventory]) -> Non
     inv = inventories["dra-kueue-rdma"]
     pods = rendered(inv, "pods")
     gpu_pods = [p for p in pods if p["metadata"]["name"].startswith("verify-gpu-")]
-    # The DRA group's nodes (gb200-*) get no device-plugin pods.
-    assert [p["metadata"]["annotations"]["gpubring.io/verify-node"] for p in gpu_pods] == ["h100-1", "h100-2"]
+    # ComputeDomains on the DRA group (gb200-*) leave the GPUs to the device plugin: a pod on each GPU node.
+    assert [p["metadata"]["annotations"]["gpubring.io/verify-node"] for p in gpu_pods] == [
+        "gb200-1", "gb200-2", "h100-1", "h100-2",
+    ]  # fmt: skip
     for pod in gpu_pods:
         assert pod["metadata"]["name"].startswith("verify-gpu-rdma-")
         (container,) = pod["spec"]["containers"]

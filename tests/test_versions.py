@@ -16,7 +16,7 @@ from gpubring.validation import rules
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
-DRA_ON = "dra_driver_enabled: true\n"
+DRA_ON = "dra_driver_enabled: true\ndra_driver_compute_domains: true\n"
 
 
 def run(*args: object) -> Result:
