@@ -404,6 +404,30 @@ def test_join_configuration(inventories: dict[str, Inventory], variant: str, hos
         }
     else:
         assert "controlPlane" not in join
+    # A GPU worker registers not yet accepted (gpubring_acceptance_gate); a control plane keeps
+    # kubeadm's default taints (none given).
+    pending = {"key": "gpubring.io/acceptance", "value": "pending", "effect": "NoSchedule"}
+    if host in inv.groups["gpu_nodes"] and not control_plane:
+        assert join["nodeRegistration"]["taints"] == [pending]
+    else:
+        assert "taints" not in join["nodeRegistration"]
+
+
+def test_join_taints_keep_the_sites_and_follow_the_gate(inventories: dict[str, Inventory]) -> None:
+    inv = inventories["prod"]
+    site = [{"key": "example.internal/pool", "value": "training", "effect": "NoSchedule"}]
+    pending = {"key": "gpubring.io/acceptance", "value": "pending", "effect": "NoSchedule"}
+
+    def taints(host: str, extra: dict[str, object]) -> object:
+        (join,) = docs(render(inv, host, JOIN_CONFIG, {"kubeadm_join_control_plane": False, **extra}))
+        return join["nodeRegistration"].get("taints")
+
+    assert taints("gpu-1", {"kubeadm_join_taints": site}) == [*site, pending]
+    # A site taint of the same key is replaced, not doubled.
+    assert taints("gpu-1", {"kubeadm_join_taints": [{**pending, "value": "x"}]}) == [pending]
+    assert taints("gpu-1", {"gpubring_acceptance_gate": False}) is None
+    assert taints("gpu-1", {"gpubring_acceptance_gate": False, "kubeadm_join_taints": site}) == site
+    assert taints("cpu-1", {}) is None
 
 
 def _persistent_files(inventories: dict[str, Inventory]) -> Iterator[tuple[str, str]]:

@@ -121,6 +121,19 @@ def _dns_subdomain(value: Any) -> str | None:
     return f"a DNS-1123 name (lower-case letters, digits, '-' and '.', at most 253), got {text!r}"
 
 
+_QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def _label_key(value: Any) -> str | None:
+    """A Kubernetes label (or taint) key: [DNS-1123 subdomain prefix '/'] name of at most 63 characters
+    (k8s.io/apimachinery validation.IsQualifiedName)."""
+    text = str(value)
+    prefix, _, name = text.rpartition("/")
+    if _QUALIFIED_NAME.match(name) and (not prefix or _dns_subdomain(prefix) is None):
+        return None
+    return f"a Kubernetes label key such as example.com/name (optional DNS-1123 prefix and '/'), got {text!r}"
+
+
 def _serial_one(value: Any) -> bool:
     if _is_int(value):
         return bool(value >= 1)
@@ -156,6 +169,7 @@ FORMATS: dict[str, Callable[[Any], str | None]] = {
     "oci": _oci,
     "dns_label": _dns_label,
     "dns_subdomain": _dns_subdomain,
+    "label_key": _label_key,
     "serial": _serial,
     "duration": _duration,
 }

@@ -24,6 +24,7 @@ gpu_acceptance_ib_write_bw(stdout, device, rc, min_gbps) -> check
 gpu_acceptance_ib_write_bw_runs(registered_loop_results) -> [check per run]
 gpu_acceptance_rdma_targets(expected, facts, devices=None) -> [{device, port, min_gbps, numa_node, gpu_index}]
 gpu_acceptance_verdict(checks) -> passed | failed | skipped-only
+gpu_acceptance_admission(result, taints, key, when='') -> {state, taints, annotation}
 """
 
 from __future__ import annotations
@@ -136,6 +137,12 @@ def verdict(checks: Any) -> str:
     return E.verdict(list(checks or []))
 
 
+def admission(result: Any, taints: Any, key: Any, when: Any = "") -> dict[str, Any]:
+    if not isinstance(result, dict):
+        raise AnsibleFilterError(f"gpu_acceptance_admission: expected gpu_acceptance_result, got {result!r}")
+    return E.admission(result, list(taints or []), str(key), str(when or ""))
+
+
 class FilterModule:
     """gpubring expected-performance and acceptance filters."""
 
@@ -153,4 +160,5 @@ class FilterModule:
             "gpu_acceptance_ib_write_bw_runs": ib_write_bw_runs,
             "gpu_acceptance_rdma_targets": rdma_targets,
             "gpu_acceptance_verdict": verdict,
+            "gpu_acceptance_admission": admission,
         }

@@ -1165,3 +1165,38 @@ def rdma_bandwidth_targets(
             }
         )
     return targets
+
+
+ADMISSION_EFFECT = "NoSchedule"
+ANNOTATION_LIMIT = 1024
+
+
+def admission(
+    result: dict[str, Any], taints: list[dict[str, Any]] | None, key: str, when: str = ""
+) -> dict[str, Any]:
+    """The admission gate of a node after its acceptance (issue 14.3): what its taints and its
+    annotation become. A node registers with ``KEY=pending:NoSchedule`` (kubeadm_join); here
+
+    - ``passed`` removes the taint: ``state`` accepted;
+    - ``failed`` replaces it by ``KEY=failed:NoSchedule``: ``state`` failed;
+    - ``skipped-only`` (nothing could be measured) keeps or sets ``KEY=pending``: ``state`` pending.
+
+    The node's other taints are kept as they are (Node.spec.taints has no merge key: the whole list
+    is sent). The annotation ``KEY`` says the verdict, when, and the failed (or, for pending, the
+    skipped) checks with their reasons, cut to ANNOTATION_LIMIT characters.
+    """
+    verdict_ = str(result.get("verdict") or "skipped-only")
+    state = {"passed": "accepted", "failed": "failed"}.get(verdict_, "pending")
+    kept = [dict(t) for t in taints or [] if isinstance(t, dict) and t.get("key") != key]
+    if state != "accepted":
+        kept.append({"key": key, "value": state, "effect": ADMISSION_EFFECT})
+    wanted = "failed" if state == "failed" else "skipped"
+    reasons = [
+        f"{c.get('name')}: {c.get('reason') or c.get('measured')}"
+        for c in result.get("checks") or []
+        if isinstance(c, dict) and c.get("status") == wanted and state != "accepted"
+    ]
+    text = verdict_ + (f" at {when}" if when else "") + (": " + "; ".join(reasons) if reasons else "")
+    if len(text) > ANNOTATION_LIMIT:
+        text = text[: ANNOTATION_LIMIT - 3] + "..."
+    return {"state": state, "taints": kept, "annotation": text}
