@@ -102,6 +102,34 @@ class RebootState:
 
 
 @dataclass(frozen=True)
+class AcceptanceCheck:
+    """One check of a node's acceptance that did not pass: its name and why (None: no reason given)."""
+
+    name: str
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"name": self.name, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class AcceptanceVerdict:
+    """What the gpu_acceptance role published for a host: its verdict (`gpu_acceptance_result`:
+    passed, failed or skipped-only) with the checks that failed and those skipped, and the admission
+    its gate applied (`gpu_acceptance_admission`: accepted, failed, pending, no-cluster, off, check).
+
+    Either may come alone (the admission is a later set_fact, and older roles have none): `verdict`
+    is None when the result carried no verdict, `admission` None when it carried no admission. The
+    checks' `expected` and `measured` figures stay in the role's fact, not here."""
+
+    host: str
+    verdict: str | None = None
+    failed: tuple[AcceptanceCheck, ...] = ()
+    skipped: tuple[AcceptanceCheck, ...] = ()
+    admission: str | None = None
+
+
+@dataclass(frozen=True)
 class Cancelled:
     """The run was cancelled (Ctrl-C, SIGTERM or a caller's cancel flag); emitted by the runner."""
 
@@ -141,6 +169,7 @@ Event = (
     | PlaybookStats
     | HardwareSummary
     | RebootState
+    | AcceptanceVerdict
     | Cancelled
     | Notice
     | Output
@@ -296,12 +325,60 @@ def reboot_state(event: Mapping[str, Any]) -> RebootState | None:
     )
 
 
+ACCEPTANCE_FACT = "gpu_acceptance_result"
+ADMISSION_FACT = "gpu_acceptance_admission"
+
+
+def _checks(checks: Any, status: str) -> tuple[AcceptanceCheck, ...]:
+    if not isinstance(checks, list | tuple):
+        return ()
+    return tuple(
+        AcceptanceCheck(name=_text(c.get("name")), reason=_text(c.get("reason")).strip() or None)
+        for c in checks
+        if isinstance(c, Mapping) and c.get("status") == status
+    )
+
+
+def acceptance_verdict(event: Mapping[str, Any]) -> AcceptanceVerdict | None:
+    """The gpu_acceptance verdict and/or admission a result carries (its set_fact of
+    `gpu_acceptance_result` or `gpu_acceptance_admission`), or None. Like the reboot verdict, it
+    arrives with the result; only the verdict and the failed and skipped checks' names and reasons
+    are kept."""
+    if event.get("event") != "runner_on_ok":
+        return None
+    data = event.get("event_data") or {}
+    res = data.get("res") if isinstance(data, Mapping) else None
+    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
+    if not isinstance(facts, Mapping):
+        return None
+    result = facts.get(ACCEPTANCE_FACT)
+    admission = facts.get(ADMISSION_FACT)
+    has_verdict = isinstance(result, Mapping) and bool(_text(result.get("verdict")).strip())
+    has_admission = isinstance(admission, str) and bool(admission.strip())
+    if not has_verdict and not has_admission:
+        return None
+    verdict = AcceptanceVerdict(host=_text(data.get("host")))
+    if has_verdict and isinstance(result, Mapping):
+        checks = result.get("checks")
+        verdict = replace(
+            verdict,
+            verdict=_text(result.get("verdict")).strip(),
+            failed=_checks(checks, "failed"),
+            skipped=_checks(checks, "skipped"),
+        )
+    if has_admission and isinstance(admission, str):
+        verdict = replace(verdict, admission=admission.strip())
+    return verdict
+
+
 def parse_all(event: Mapping[str, Any]) -> list[Event]:
-    """`parse()`'s event, then the hardware summary and the reboot verdict the same result carries."""
+    """`parse()`'s event, then the hardware summary, the reboot verdict and the acceptance verdict the
+    same result carries."""
     parsed = parse(event)
     summary = hardware_summary(event)
     reboot = reboot_state(event)
-    return [e for e in (parsed, summary, reboot) if e is not None]
+    acceptance = acceptance_verdict(event)
+    return [e for e in (parsed, summary, reboot, acceptance) if e is not None]
 
 
 def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -402,6 +479,8 @@ class RunState:
     rebooted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # host -> (the reasons of a reboot not done, why not).
     reboot_pending: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    # host -> its gpu_acceptance verdict and admission, merged over the results that carried them.
+    acceptance: dict[str, AcceptanceVerdict] = field(default_factory=dict)
 
     def host(self, name: str) -> HostState:
         state = self.hosts.get(name)
@@ -437,6 +516,17 @@ class RunState:
             self.hardware[event.host] = event.summary
         elif isinstance(event, RebootState):
             self._reboot(event)
+        elif isinstance(event, AcceptanceVerdict):
+            self._acceptance(event)
+
+    def _acceptance(self, event: AcceptanceVerdict) -> None:
+        # The last word wins, per part: the admission set_fact that follows a verdict completes it.
+        # A new verdict (the role ran again) starts over: its admission is the one its gate says next.
+        known = self.acceptance.get(event.host)
+        if known is None or event.verdict is not None:
+            self.acceptance[event.host] = event
+        elif event.admission is not None:
+            self.acceptance[event.host] = replace(known, admission=event.admission)
 
     def _reboot(self, event: RebootState) -> None:
         # The last word wins: a host rebooted after an earlier batch said pending is not pending.

@@ -22,6 +22,12 @@ Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and the
 - rebooted: {host: [reason, ...]} for each host the reboot play (roles/reboot) rebooted and verified;
 - reboot_pending: {host: {"reasons": [...], "because": "gpubring_reboot_allowed is false"}} for each host
   that needs a reboot the run did not do (not allowed, a role's own setting, check mode);
+- acceptance: {host: {"verdict": "passed" | "failed" | "skipped-only" | null, "failed": [{"name",
+  "reason"}], "skipped": [{"name", "reason"}], "admission": str | null}} for each GPU node the
+  gpu_acceptance role judged (playbooks/verify.yml: `up`'s verify phase, `node add`, `verify
+  --acceptance`): the checks that failed and those skipped with why, and what its gate did
+  (`accepted`: the taint gpubring.io/acceptance removed, `failed`: tainted =failed, `pending`: kept
+  =pending, `no-cluster`, `off`, `check`; null when the role published none); empty when it did not run;
 - errors: what ansible printed as an error outside any task; ansible_rc: ansible-playbook's exit status;
 - notices: what gpubring said once during the run (an accelerator fallback, for example).
 """
@@ -65,6 +71,7 @@ REPORT_FIELDS = (
     "hardware",
     "rebooted",
     "reboot_pending",
+    "acceptance",
     "errors",
     "notices",
 )
@@ -144,6 +151,15 @@ def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
         "reboot_pending": {
             host: {"reasons": list(reasons), "because": because}
             for host, (reasons, because) in sorted(state.reboot_pending.items())
+        },
+        "acceptance": {
+            host: {
+                "verdict": verdict.verdict,
+                "failed": [check.as_dict() for check in verdict.failed],
+                "skipped": [check.as_dict() for check in verdict.skipped],
+                "admission": verdict.admission,
+            }
+            for host, verdict in sorted(state.acceptance.items())
         },
         "errors": list(state.errors),
         "notices": list(state.notices),

@@ -201,7 +201,8 @@ def _scope(report: dict[str, Any]) -> tuple[bool, list[str]]:
 
 def summary_row(record: RunRecord) -> dict[str, Any]:
     """One run as `gpubring runs` lists it (and prints with --json): `check` marks a check-mode run
-    (its `changed` counts are what would change), `partial` what narrowed it (empty: a full run)."""
+    (its `changed` counts are what would change), `partial` what narrowed it (empty: a full run),
+    `acceptance` the report's GPU acceptance verdicts ({host: {verdict, failed, skipped, admission}})."""
     report = record.report or {}
     stats = report.get("stats") or {}
     check, partial = _scope(report)
@@ -216,7 +217,28 @@ def summary_row(record: RunRecord) -> dict[str, Any]:
         "check": check,
         "partial": partial,
         "changed": {str(host): int(row.get("changed", 0)) for host, row in stats.items()},
+        "acceptance": dict(report.get("acceptance") or {}),
     }
+
+
+ACCEPTANCE_ORDER = ("passed", "failed", "skipped-only")
+
+
+def acceptance_counts(acceptance: dict[str, Any]) -> dict[str, int]:
+    """Hosts per gpu_acceptance verdict, passed, failed, skipped-only first (`no verdict` for a host
+    whose gate spoke without a verdict)."""
+    counts: dict[str, int] = {}
+    for entry in acceptance.values():
+        verdict = str(entry.get("verdict") or "no verdict") if isinstance(entry, dict) else "no verdict"
+        counts[verdict] = counts.get(verdict, 0) + 1
+    order = [v for v in ACCEPTANCE_ORDER if v in counts] + sorted(set(counts) - set(ACCEPTANCE_ORDER))
+    return {verdict: counts[verdict] for verdict in order}
+
+
+def acceptance_text(acceptance: dict[str, Any]) -> str:
+    """`2 passed, 1 failed`, or `-` for a run that judged no GPU node."""
+    counts = acceptance_counts(acceptance)
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) or "-"
 
 
 def scope_text(check: bool, partial: list[str]) -> str:
@@ -226,7 +248,8 @@ def scope_text(check: bool, partial: list[str]) -> str:
 
 
 def display_cells(row: dict[str, Any], max_hosts: int = 6) -> dict[str, str]:
-    """Human-readable cells for a summary row: short start time, duration, changed per host."""
+    """Human-readable cells for a summary row: short start time, duration, changed per host, the
+    acceptance verdicts."""
     started = str(row.get("started") or "")
     with_time = started.replace("T", " ")[:19]
     duration = row.get("duration_s")
@@ -255,4 +278,5 @@ def display_cells(row: dict[str, Any], max_hosts: int = 6) -> dict[str, str]:
         "duration": f"{duration:.1f} s" if isinstance(duration, int | float) else "",
         "scope": scope_text(bool(row.get("check")), list(row.get("partial") or [])),
         "changed": per_host,
+        "acceptance": acceptance_text(dict(row.get("acceptance") or {})),
     }

@@ -130,6 +130,68 @@ def reboot_lines(report: Mapping[str, Any]) -> list[Text]:
     return lines
 
 
+ADMISSION_LABELS = {
+    "accepted": "taint removed",
+    "failed": "tainted failed",
+    "pending": "kept pending",
+    "no-cluster": "no cluster",
+    "off": "gate off",
+    "check": "check mode",
+}
+"""What the gpu_acceptance gate did (`gpu_acceptance_admission`), as the summary says it."""
+_ACCEPTANCE_HEADS = {
+    "passed": ("acceptance passed", "green"),
+    "failed": ("acceptance failed", "bold red"),
+    "skipped-only": ("acceptance measured nothing", "yellow"),
+}
+
+
+def _acceptance_checks(checks: Any) -> str:
+    items = [c for c in checks if isinstance(c, Mapping)] if isinstance(checks, list) else []
+    return "; ".join(
+        f"{c.get('name')}: {c.get('reason')}" if c.get("reason") else str(c.get("name")) for c in items
+    )
+
+
+def acceptance_lines(report: Mapping[str, Any]) -> list[Text]:
+    """The gpu_acceptance verdicts: `acceptance passed: gpu-1, gpu-2`, `acceptance failed: gpu-3
+    (nvlink: 2 links down; gpu_xid: Xid 79) [tainted failed]`, `acceptance measured nothing: gpu-4
+    (dcgm_diag: ...; ...) [kept pending]`, the gate's admission in brackets when the role said it.
+
+    A line's parenthesis and brackets hold for every host it names: hosts of one verdict that failed
+    (or skipped) the same checks for the same reasons and were gated alike share a line, others get
+    their own, so 100 nodes read as a few lines and each failed node's reasons stay on one line.
+    Passed hosts list no checks."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for host, entry in (report.get("acceptance") or {}).items():
+        if not isinstance(entry, Mapping):
+            continue
+        verdict = str(entry.get("verdict") or "")
+        if verdict == "failed":
+            detail = _acceptance_checks(entry.get("failed"))
+        elif verdict == "passed":
+            detail = ""
+        else:
+            detail = _acceptance_checks(entry.get("skipped"))
+        admission = str(entry.get("admission") or "")
+        groups.setdefault((verdict, detail, admission), []).append(str(host))
+    order = list(_ACCEPTANCE_HEADS)
+    lines: list[Text] = []
+    for verdict, detail, admission in sorted(
+        groups, key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k[0], groups[k][0])
+    ):
+        head, style = _ACCEPTANCE_HEADS.get(
+            verdict, (f"acceptance {verdict}" if verdict else "acceptance without a verdict", "")
+        )
+        text = f"{head}: {', '.join(groups[verdict, detail, admission])}"
+        if detail:
+            text += f" ({detail})"
+        if admission:
+            text += f" [{ADMISSION_LABELS.get(admission, admission)}]"
+        lines.append(Text(text, style=style))
+    return lines
+
+
 def _task_label(task: str, role: str) -> str:
     return f"{role} : {task}" if role and task else task or role
 
@@ -338,7 +400,7 @@ def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
 
 def summary(console: Console, report: Mapping[str, Any]) -> None:
     """Print the summary of a run report: per-host table, failures, where it stopped, the reboots done
-    and pending, the verdict."""
+    and pending, the GPU nodes' acceptance verdicts, the verdict."""
     stats = report.get("stats") or {}
     if stats:
         console.print(summary_table(stats))
@@ -384,6 +446,9 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
             )
     for reboot_line in reboot_lines(report):
         console.print(reboot_line)
+    for acceptance_line in acceptance_lines(report):
+        # One line each however long, so that `grep 'acceptance failed'` finds a node and its reasons.
+        console.print(acceptance_line, soft_wrap=True)
     skipped = (report.get("phases") or {}).get("skipped") or []
     pairs = [(str(item.get("phase")), str(item.get("reason"))) for item in skipped]
     for line in skipped_lines(pairs, "skipped"):
@@ -416,10 +481,12 @@ def _verdict_style(status: str) -> str:
 def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """The `gpubring runs` list: one row per run, newest first."""
     table = Table(box=None, pad_edge=False)
-    for column in ("run", "started", "command", "status", "duration", "scope", "changed per host"):
-        table.add_column(column, no_wrap=column not in ("scope", "changed per host"))
+    wrapped = ("scope", "changed per host", "acceptance")
+    for column in ("run", "started", "command", "status", "duration", *wrapped):
+        table.add_column(column, no_wrap=column not in wrapped)
     for row in rows:
         status = str(row.get("status", ""))
+        verdicts = str(row.get("acceptance", ""))
         table.add_row(
             str(row.get("run", "")),
             str(row.get("started", "")),
@@ -428,5 +495,14 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             str(row.get("duration", "")),
             Text(str(row.get("scope", "")), style="" if row.get("scope") == "full" else "yellow"),
             str(row.get("changed", "")),
+            Text(verdicts, style=_acceptance_style(verdicts)),
         )
     return table
+
+
+def _acceptance_style(cell: str) -> str:
+    if " failed" in cell:
+        return "red"
+    if " passed" in cell and "," not in cell:
+        return "green"
+    return "" if cell in ("", "-") else "yellow"

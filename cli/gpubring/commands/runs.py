@@ -61,11 +61,12 @@ def warn_orphans(inventory: Path, inventory_root: Path) -> None:
 def command(
     inventory: InventoryArg, run: RunArg = None, json_out: JsonFlag = False, kill_orphans: KillOrphans = False
 ) -> None:
-    """List past runs: start, command, status, duration, scope (check, partial), changed per host
-    (newest first).
+    """List past runs: start, command, status, duration, scope (check, partial), changed per host,
+    GPU acceptance verdicts (newest first).
 
-    With RUN, show that run's per-host summary, its hardware (preflight), its failures and where it
-    stopped. With --kill-orphans, stop what earlier runs left running when their gpubring was killed.
+    With RUN, show that run's per-host summary, its hardware (preflight), its failures, where it
+    stopped, its reboots and each GPU node's acceptance verdict. With --kill-orphans, stop what
+    earlier runs left running when their gpubring was killed.
     """
     from rich.console import Console
 
