@@ -306,17 +306,20 @@ def test_mpijob_without_the_network_operator_and_with_one_node(inventories: dict
     assert rendered(inv, "multi_node", {"nodes": ["gpu-1"], "gpus": 8, "max_bytes": "8G"}) == []
 
 
-def test_mpijob_schema_has_no_pinned_crd() -> None:
-    crds = upstream.crds()
-    if ("kubeflow.org/v2beta1", "MPIJob") not in crds:
-        pytest.skip(
-            "no CRD of kubeflow.org/v2beta1 MPIJob among the pinned charts in "
-            "$GPUBRING_UPSTREAM_DIR/charts (gpubring pins no MPI operator): the MPIJob's schema is "
-            "not validated, its structure is asserted above"
-        )
-    inv = load_inventory(INVENTORIES["dra-kueue-rdma"])
-    (mpijob,) = rendered(inv, "multi_node")
-    assert upstream.crd_errors(mpijob) == []
+MPIJOB_CRD = FIXTURES / "crds" / "kubeflow.org_mpijobs-v0.8.0.yaml"
+
+
+def test_the_mpijob_validates_against_the_mpi_operators_crd(inventories: dict[str, Inventory]) -> None:
+    """gpubring pins no MPI operator: the CRD of its v0.8.0 release (tests/fixtures/crds/SOURCES.md)
+    stands in for the pinned charts' CRDs, checked the same way (unknown fields are errors)."""
+    crd = upstream.crd_from_file(MPIJOB_CRD)[("kubeflow.org/v2beta1", "MPIJob")]
+    for name in ("dra-kueue-rdma", "prod"):
+        (mpijob,) = rendered(inventories[name], "multi_node")
+        assert upstream.crd_errors(mpijob, crd) == [], name
+    # A mistake the API server would refuse is caught.
+    (mpijob,) = rendered(inventories["prod"], "multi_node")
+    mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["replica"] = 2
+    assert any("replica" in e for e in upstream.crd_errors(mpijob, crd))
 
 
 def test_defaults_follow_the_network_operator(inventories: dict[str, Inventory]) -> None:

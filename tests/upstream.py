@@ -337,10 +337,31 @@ def as_stored(value: Any, schema: Any) -> Any:
     return out
 
 
-def crd_errors(obj: Mapping[str, Any]) -> list[str]:
-    """Schema violations of a custom resource against the CRD of the pinned release (KeyError: no
-    such CRD), after the API server's pruning of nulls and defaulting."""
-    crd = crds()[(str(obj.get("apiVersion")), str(obj.get("kind")))]
+def crd_from_file(path: Path) -> dict[tuple[str, str], Crd]:
+    """(apiVersion, kind) -> Crd of a CRD file outside the pinned charts (tests/fixtures/crds)."""
+    out: dict[tuple[str, str], Crd] = {}
+    for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if not doc or doc.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = doc["spec"]
+        for version in spec["versions"]:
+            if version.get("served", True) and "schema" in version:
+                out[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = Crd(
+                    file=path.name,
+                    group=spec["group"],
+                    kind=spec["names"]["kind"],
+                    version=version["name"],
+                    namespaced=spec.get("scope") == "Namespaced",
+                    schema=_close_objects(version["schema"]["openAPIV3Schema"]),
+                )
+    return out
+
+
+def crd_errors(obj: Mapping[str, Any], crd: Crd | None = None) -> list[str]:
+    """Schema violations of a custom resource against the CRD of the pinned release (or `crd`;
+    KeyError: no such CRD), after the API server's pruning of nulls and defaulting."""
+    if crd is None:
+        crd = crds()[(str(obj.get("apiVersion")), str(obj.get("kind")))]
     body = as_stored({k: v for k, v in obj.items() if k != "metadata"}, crd.schema)
     schema = {k: v for k, v in crd.schema.items()}
     schema["properties"] = {k: v for k, v in crd.schema.get("properties", {}).items() if k != "metadata"}
