@@ -8,9 +8,10 @@ import importlib
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from gpubring.paths import collections_path
 
@@ -64,3 +65,25 @@ def ansible_playbook(*args: str | Path) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
+
+
+def folded(raw_events: Sequence[Mapping[str, Any]]) -> Any:
+    """A run's state (gpubring.events.RunState) after every event of a recorded stream, as the runner
+    folds them."""
+    from gpubring import events
+
+    state = events.RunState()
+    for raw in raw_events:
+        for event in events.parse_all(raw):
+            state.apply(event)
+    return state
+
+
+def runs_cli(*args: str | Path) -> tuple[int, str]:
+    """`gpubring runs ARGS` through typer's CliRunner, wide enough for the listing: (exit code, output)."""
+    from typer.testing import CliRunner
+
+    from gpubring.app import app
+
+    result = CliRunner().invoke(app, ["runs", *map(str, args)], env={"COLUMNS": "250"})
+    return result.exit_code, result.output

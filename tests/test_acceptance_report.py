@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
 from gpubring import events, report, runstore, view
-from gpubring.app import app
 from helpers import FIXTURES
+from helpers import folded as _state
+from helpers import runs_cli as runs
 
 RECORDED = FIXTURES / "events" / "acceptance.jsonl"
 START = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)
@@ -78,14 +78,6 @@ SUMMARY_LINES = [
 
 def recorded() -> list[dict[str, Any]]:
     return events.load_events(RECORDED.read_text().splitlines())
-
-
-def _state(raw_events: list[dict[str, Any]]) -> events.RunState:
-    state = events.RunState()
-    for raw in raw_events:
-        for event in events.parse_all(raw):
-            state.apply(event)
-    return state
 
 
 def _report(state: events.RunState, folder: Path, started: datetime = START) -> dict[str, Any]:
@@ -302,11 +294,6 @@ def test_a_hundred_nodes_read_as_a_few_lines(tmp_path: Path) -> None:
 
 
 # --- gpubring runs --------------------------------------------------------------------------------
-
-
-def runs(*args: str | Path) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["runs", *map(str, args)], env={"COLUMNS": "250"})
-    return result.exit_code, result.output
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from gpubring import events, report, view
 from helpers import DATA, FIXTURES, REPO, ansible_playbook
+from helpers import folded as _state
 
 RECORDED = FIXTURES / "events" / "reboot.jsonl"
 HOST_YML = REPO / "playbooks" / "host.yml"
@@ -32,14 +33,6 @@ def _cpu01(flag_dir: str) -> list[str]:
         "rdma: the IOMMU kernel arguments changed",
         f"linux-image-6.1.0-28-amd64 ({flag_dir}/cpu01/reboot-required.pkgs)",
     ]
-
-
-def _state(raw_events: list[dict[str, Any]]) -> events.RunState:
-    state = events.RunState()
-    for raw in raw_events:
-        for event in events.parse_all(raw):
-            state.apply(event)
-    return state
 
 
 def _report(state: events.RunState, tmp_path: Path) -> dict[str, Any]:

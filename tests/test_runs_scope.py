@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from gpubring import events, report, runstore
 from gpubring.app import app
 from helpers import DATA, FIXTURES
+from helpers import runs_cli as runs
 
 START = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)
 
@@ -45,11 +46,6 @@ def store_run(root: Path, started: datetime, options: dict[str, Any], partial: l
     data = report.build(recorded_state(), meta)
     report.write(data, folder)
     return data
-
-
-def runs(*args: str | Path) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["runs", *map(str, args)], env={"COLUMNS": "250"})
-    return result.exit_code, result.output
 
 
 @pytest.fixture

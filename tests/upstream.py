@@ -294,18 +294,20 @@ def crds() -> dict[tuple[str, str], Crd]:
             key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
             # Two copies of one CRD (the GPU Operator bundles NFD's, so does the Network Operator):
             # the first wins.
-            out.setdefault(
-                key,
-                Crd(
-                    file=file,
-                    group=spec["group"],
-                    kind=spec["names"]["kind"],
-                    version=version["name"],
-                    namespaced=spec.get("scope") == "Namespaced",
-                    schema=_close_objects(version["schema"]["openAPIV3Schema"]),
-                ),
-            )
+            out.setdefault(key, _crd(file, spec, version))
     return out
+
+
+def _crd(file: str, spec: Mapping[str, Any], version: Mapping[str, Any]) -> Crd:
+    """One served version of a CRD's spec, its schema closed as the API server prunes."""
+    return Crd(
+        file=file,
+        group=spec["group"],
+        kind=spec["names"]["kind"],
+        version=version["name"],
+        namespaced=spec.get("scope") == "Namespaced",
+        schema=_close_objects(version["schema"]["openAPIV3Schema"]),
+    )
 
 
 def _allows_null(schema: Mapping[str, Any]) -> bool:
@@ -346,14 +348,8 @@ def crd_from_file(path: Path) -> dict[tuple[str, str], Crd]:
         spec = doc["spec"]
         for version in spec["versions"]:
             if version.get("served", True) and "schema" in version:
-                out[(f"{spec['group']}/{version['name']}", spec["names"]["kind"])] = Crd(
-                    file=path.name,
-                    group=spec["group"],
-                    kind=spec["names"]["kind"],
-                    version=version["name"],
-                    namespaced=spec.get("scope") == "Namespaced",
-                    schema=_close_objects(version["schema"]["openAPIV3Schema"]),
-                )
+                key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                out[key] = _crd(path.name, spec, version)
     return out
 
 
