@@ -168,7 +168,8 @@ def test_plan_shows_what_each_release_waits_for_in_apply_order(tmp_path: Path) -
     assert network[-1].endswith("(<= 900 s)")
     assert releases["gpu-operator"]["waits"][-1].endswith("(<= 1200 s)")
     dra = releases["nvidia-dra-driver-gpu"]["waits"][-1]
-    assert dra.startswith("at least 2 ResourceSlice (spec.driver=gpu.nvidia.com)"), dra
+    # all-on hands out GPUs through DRA on every GPU node: one ResourceSlice publisher each.
+    assert dra.startswith("at least 4 ResourceSlice (spec.driver=gpu.nvidia.com): every node of gpu_nodes")
 
 
 def test_every_wait_timeout_comes_from_one_setting(tmp_path: Path) -> None:

@@ -119,15 +119,23 @@ def test_a_cancelled_run_removes_its_extra_vars(local_inventory: Path, private_t
 
 # --- a gpubring killed by SIGKILL ---------------------------------------------------------------------
 
+# ansible-runner gives ansible-playbook a pty whose master this process holds: when the process is
+# killed the pty hangs up, and whether ansible-playbook is still there a moment later is a race with
+# its SIGHUP. An ignored SIGHUP (inherited through exec; runner.run off the main thread leaves it so)
+# makes the orphan certain, so that `--kill-orphans` below always has one to stop.
 KILLED_RUN = """
-import sys
+import signal, sys, threading
 from pathlib import Path
 from gpubring import runner
 from gpubring.runopts import RunOptions
 root = Path(sys.argv[1])
-runner.run(runner.RunSettings(
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+settings = runner.RunSettings(
     inventory_root=root, hosts_file=root / "hosts.yml", command="up", playbook=Path(sys.argv[2]),
-    options=RunOptions(extra_vars=runner.parse_extra_vars([sys.argv[3]]), accelerate=False)))
+    options=RunOptions(extra_vars=runner.parse_extra_vars([sys.argv[3]]), accelerate=False))
+worker = threading.Thread(target=runner.run, args=(settings,))
+worker.start()
+worker.join()
 """
 
 
