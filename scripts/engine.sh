@@ -59,8 +59,9 @@ start_dockerd() {
   mkdir -p "$(dirname "$LOG")"
   say "starting dockerd (log: $LOG)"
   # setsid: its own session, so the caller's job control or terminal does not take it down;
-  # nohup + redirections: no terminal, no inherited pipes that would keep a caller waiting.
-  setsid nohup dockerd --host "unix://$SOCKET" --pidfile "$PIDFILE" >>"$LOG" 2>&1 </dev/null &
+  # nohup + redirections: no terminal, no inherited pipes that would keep a caller waiting; 9>&-: not
+  # this script's lock either (a container shim would hold it after dockerd is gone).
+  setsid nohup dockerd --host "unix://$SOCKET" --pidfile "$PIDFILE" >>"$LOG" 2>&1 </dev/null 9>&- &
   disown || true
 }
 
