@@ -285,15 +285,24 @@ def hardware_summary(event: Mapping[str, Any]) -> HardwareSummary | None:
     """The preflight hardware summary a result carries (the set_fact of `preflight_summary`), or None.
 
     ansible-runner gives the set_fact's result whole, so the summary arrives with the result itself."""
+    found = _result_facts(event)
+    summary = found[1].get(SUMMARY_FACT) if found else None
+    if found is None or not isinstance(summary, Mapping):
+        return None
+    return HardwareSummary(host=found[0], summary=dict(summary))
+
+
+def _result_facts(event: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
+    """(host, the facts a set_fact published) of a successful result, or None: how the preflight
+    summary, the reboot verdict and the acceptance verdict reach gpubring."""
     if event.get("event") != "runner_on_ok":
         return None
     data = event.get("event_data") or {}
     res = data.get("res") if isinstance(data, Mapping) else None
     facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-    summary = facts.get(SUMMARY_FACT) if isinstance(facts, Mapping) else None
-    if not isinstance(summary, Mapping):
+    if not isinstance(facts, Mapping):
         return None
-    return HardwareSummary(host=_text(data.get("host")), summary=dict(summary))
+    return _text(data.get("host")), facts
 
 
 REBOOTED_FACT = "gpubring_rebooted"
@@ -310,15 +319,12 @@ def _texts(value: Any) -> tuple[str, ...]:
 def reboot_state(event: Mapping[str, Any]) -> RebootState | None:
     """The reboot role's verdict for a host that a result carries (its set_fact of `gpubring_rebooted`
     or `gpubring_reboot_pending`), or None. Like the hardware summary, it arrives with the result."""
-    if event.get("event") != "runner_on_ok":
+    found = _result_facts(event)
+    if found is None or not ({REBOOTED_FACT, REBOOT_PENDING_FACT} & set(found[1])):
         return None
-    data = event.get("event_data") or {}
-    res = data.get("res") if isinstance(data, Mapping) else None
-    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-    if not isinstance(facts, Mapping) or not ({REBOOTED_FACT, REBOOT_PENDING_FACT} & set(facts)):
-        return None
+    host, facts = found
     return RebootState(
-        host=_text(data.get("host")),
+        host=host,
         rebooted=_texts(facts.get(REBOOTED_FACT)),
         pending=_texts(facts.get(REBOOT_PENDING_FACT)),
         because=_text(facts.get(REBOOT_BECAUSE_FACT)).strip(),
@@ -344,20 +350,17 @@ def acceptance_verdict(event: Mapping[str, Any]) -> AcceptanceVerdict | None:
     `gpu_acceptance_result` or `gpu_acceptance_admission`), or None. Like the reboot verdict, it
     arrives with the result; only the verdict and the failed and skipped checks' names and reasons
     are kept."""
-    if event.get("event") != "runner_on_ok":
+    found = _result_facts(event)
+    if found is None:
         return None
-    data = event.get("event_data") or {}
-    res = data.get("res") if isinstance(data, Mapping) else None
-    facts = res.get("ansible_facts") if isinstance(res, Mapping) else None
-    if not isinstance(facts, Mapping):
-        return None
+    host, facts = found
     result = facts.get(ACCEPTANCE_FACT)
     admission = facts.get(ADMISSION_FACT)
     has_verdict = isinstance(result, Mapping) and bool(_text(result.get("verdict")).strip())
     has_admission = isinstance(admission, str) and bool(admission.strip())
     if not has_verdict and not has_admission:
         return None
-    verdict = AcceptanceVerdict(host=_text(data.get("host")))
+    verdict = AcceptanceVerdict(host=host)
     if has_verdict and isinstance(result, Mapping):
         checks = result.get("checks")
         verdict = replace(

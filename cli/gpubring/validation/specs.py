@@ -409,7 +409,9 @@ def _load_specs_cached(root: Path) -> SpecTable:
     return table
 
 
-def _templated(value: Any) -> bool:
+def templated(value: Any) -> bool:
+    """Whether a value is Ansible's to evaluate (a Jinja expression, or a vault value): no check of ours
+    looks into it."""
     return isinstance(value, Opaque) or (isinstance(value, str) and ("{{" in value or "{%" in value))
 
 
@@ -465,7 +467,7 @@ def _type_ok(typ: str, value: Any) -> bool:
 
 def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
     """(key path, expected text) for everything wrong with one value; empty when it fits the spec."""
-    if value is None or _templated(value) or spec.type == "raw":
+    if value is None or templated(value) or spec.type == "raw":
         return []
     if not _type_ok(spec.type, value):
         return [(path, f"expected {_TYPE_WORDS[spec.type]}, got {_show(value)}")]
@@ -474,10 +476,10 @@ def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
         for i, item in enumerate(value):
             item_path = f"{path}[{i}]"
             elements = spec.elements
-            if elements and elements != "raw" and not _templated(item) and not _type_ok(elements, item):
+            if elements and elements != "raw" and not templated(item) and not _type_ok(elements, item):
                 out.append((item_path, f"expected {_TYPE_WORDS[elements]}, got {_show(item)}"))
                 continue
-            if spec.choices is not None and item not in spec.choices and not _templated(item):
+            if spec.choices is not None and item not in spec.choices and not templated(item):
                 out.append(
                     (item_path, f"expected one of {', '.join(map(str, spec.choices))}, got {_show(item)}")
                 )
@@ -490,7 +492,7 @@ def check_value(spec: Spec, value: Any, path: str) -> list[tuple[str, str]]:
             if spec.item_rules:
                 flagged = {p for p, _ in found}
                 out.extend(p for p in _item_problems(spec.item_rules, item, item_path) if p[0] not in flagged)
-            elif spec.format is not None and not _templated(item):
+            elif spec.format is not None and not templated(item):
                 out.extend(_format_problems(replace(spec, type=spec.elements or "raw"), item, item_path))
         out.extend(_unique_problems(spec.unique, value, path))
         return out
@@ -531,7 +533,7 @@ def _item_problems(rules: Mapping[str, Spec], item: Any, path: str) -> list[tupl
         return []
     out: list[tuple[str, str]] = []
     for key, rule in rules.items():
-        if key in item and item[key] is not None and not _templated(item[key]):
+        if key in item and item[key] is not None and not templated(item[key]):
             out.extend(_format_problems(rule, item[key], f"{path}.{key}"))
     return out
 
@@ -573,9 +575,7 @@ def _unique_problems(keys: tuple[str, ...], value: list[Any], path: str) -> list
     out: list[tuple[str, str]] = []
     seen: dict[tuple[str, ...], int] = {}
     for i, item in enumerate(value):
-        if not isinstance(item, Mapping) or not all(
-            _given(item, k) and not _templated(item[k]) for k in keys
-        ):
+        if not isinstance(item, Mapping) or not all(_given(item, k) and not templated(item[k]) for k in keys):
             continue
         ident = tuple(str(item[k]) for k in keys)
         if ident in seen:

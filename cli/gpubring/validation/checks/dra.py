@@ -16,7 +16,7 @@ The role asserts the same at run time (roles/dra_driver/tasks/main.yml) for a ha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpubring.validation import specs
 from gpubring.validation.crosshost import register_validator
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     from gpubring.model import Inventory
 
 KEYS = ("dra_driver_enabled", "dra_driver_gpus", "dra_driver_compute_domains", "dra_driver_group")
-
-
-def _templated(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
 @register_validator
@@ -43,7 +39,7 @@ def dra_driver_hands_out(inv: Inventory) -> list[Problem]:
         return []  # off by default
     defaults = specs.load_specs().defaults()
     values = {key: host.vars.get(key, defaults.get(key)) for key in KEYS}
-    if any(_templated(v) for v in values.values()) or values["dra_driver_enabled"] is not True:
+    if any(specs.templated(v) for v in values.values()) or values["dra_driver_enabled"] is not True:
         return []  # Ansible evaluates templates; a wrong type is the argument spec check's
 
     def where(*keys: str) -> tuple[str, str]:

@@ -45,9 +45,9 @@ def gpu_topology() -> ModuleType:
 
 
 def _templated(value: Any) -> bool:
-    """Whether a value (or anything in it) is a Jinja expression, which only Ansible can evaluate."""
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
+    """Whether a value (or anything in it) is Ansible's to evaluate (specs.templated)."""
+    if specs.templated(value):
+        return True
     if isinstance(value, Mapping):
         return any(_templated(v) for v in value.values())
     if isinstance(value, list):
