@@ -1,0 +1,44 @@
+"""The settings of the admission gate and of the package manager wait (settings.yml) refuse bad values
+before any host is touched: exit 2, the file, the key and what was expected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpubring.app import app
+
+MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
+SITE = "group_vars/all/zz-operations.yml"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("gpubring_package_lock_timeout: 0", "gpubring_package_lock_timeout: expected a number >= 1, got 0"),
+        (
+            "gpubring_package_lock_timeout: soon",
+            "gpubring_package_lock_timeout: expected an integer, got 'soon'",
+        ),
+        (
+            "gpubring_acceptance_taint: Bad_Prefix/acceptance",
+            "gpubring_acceptance_taint: expected a Kubernetes label key such as example.com/name",
+        ),
+        (
+            "gpubring_acceptance_taint: gpubring.io/",
+            "gpubring_acceptance_taint: expected a Kubernetes label key",
+        ),
+        ("gpubring_acceptance_gate: maybe", "gpubring_acceptance_gate: expected a boolean (true or false)"),
+    ],
+)
+def test_a_bad_operations_setting_is_refused_before_any_host(
+    make_inventory: MakeInventory, line: str, expected: str
+) -> None:
+    root = make_inventory({SITE: f"---\n{line}\n"})
+    result = CliRunner().invoke(app, ["check", str(root)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert f"error: {SITE}: {expected}" in result.stderr, result.stderr
