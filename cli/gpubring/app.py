@@ -12,7 +12,7 @@ from typing import Any, TextIO, cast
 import typer
 
 from gpubring import __version__
-from gpubring.commands import check, dev, lab, node, plan, reset, runs, up, verify, versions
+from gpubring.commands import check, dev, lab, node, plan, reset, runs, up, upgrade, verify, versions
 
 app = typer.Typer(
     name="gpubring",
@@ -30,6 +30,7 @@ app.command("check")(check.command)
 app.command("versions")(versions.command)
 app.command("runs")(runs.command)
 app.command("reset")(reset.command)
+app.command("upgrade")(upgrade.command)
 app.command("verify")(verify.command)
 app.add_typer(lab.app, name="lab")
 app.add_typer(dev.app, name="dev")

@@ -46,6 +46,7 @@ ADD_PLAYBOOK = "node_add.yml"
 REMOVE_PLAYBOOK = "node_remove.yml"
 FORCE_VAR = "node_remove_force"
 RESET_PLAYBOOK = "reset.yml"
+UPGRADE_PLAYBOOK = "upgrade.yml"
 CONFIRM_VAR = "reset_confirm"
 PURGE_VAR = "reset_purge_host"
 
@@ -239,6 +240,8 @@ def run_steps(
             result = runner.run(settings(inv, step, options), on_event=live.handle)
         view.summary(console, result.report)
         code, last = result.exit_code, result.report
+        if code == ExitCode.OK and not options.check:
+            _record(inv, step, result.report, phases, console)
         if code != ExitCode.OK:
             if number < len(steps):
                 console.print(f"not run: {', '.join(s.purpose for s in steps[number:])}")
@@ -249,6 +252,28 @@ def run_steps(
         except OSError as exc:
             view.error(f"--json {options.json_report}: {exc.strerror or exc}")
     return code
+
+
+def _record(
+    inv: Inventory,
+    step: Step,
+    data: Mapping[str, Any],
+    phases: runner.PhaseSelection | None,
+    console: Console,
+) -> None:
+    """Keep gpubring's record of what it installed (gpubring.upgrade) true after a step that
+    succeeded: an added node, an upgrade, gets its pins; a removed or reset node loses its Kubernetes."""
+    from gpubring import upgrade
+
+    ran = phases.run if phases else NODE_PHASES
+    names = [n for n in step.limit.split(",") if n] or list(inv.hosts)
+    try:
+        if step.playbook.name in (ADD_PLAYBOOK, UPGRADE_PLAYBOOK):
+            upgrade.record_run(inv, data, ran)
+        elif step.playbook.name in (REMOVE_PLAYBOOK, RESET_PLAYBOOK):
+            upgrade.forget_hosts(inv, names, whole_cluster=not step.limit)
+    except OSError as exc:
+        console.print(f"warning: could not update {upgrade.record_path(inv.root)}: {exc.strerror or exc}")
 
 
 # --- reset ----------------------------------------------------------------------------------------

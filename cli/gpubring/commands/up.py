@@ -87,6 +87,15 @@ def command(
     with live:
         result = runner.run(settings, on_event=live.handle)
     view.summary(console, result.report)
+    if result.exit_code == ExitCode.OK and not run.check:
+        from gpubring import upgrade
+
+        try:
+            upgrade.record_run(inv, result.report, selection.run)
+        except OSError as exc:
+            typer.echo(
+                f"warning: could not update {upgrade.record_path(inv.root)}: {exc.strerror or exc}", err=True
+            )
     if run.json_report is not None:
         try:
             report.write_copy(result.report, run.json_report)

@@ -1,0 +1,76 @@
+"""`gpubring upgrade INVENTORY`: upgrade the cluster to the versions the inventory now pins.
+
+Validation first: the inventory and its version matrix (`gpubring versions` rules), then the plan
+(gpubring.upgrade): a Kubernetes minor release skipped, or a downgrade, is refused with the hops to
+take (exit 2), before any host. --check prints the plan and reaches no host. Otherwise
+playbooks/upgrade.yml runs as one step, with the view, run folder and exit codes of `gpubring up`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from gpubring.exitcodes import ExitCode
+from gpubring.options import InventoryArg, run_options
+from gpubring.runopts import RunOptions
+
+
+@run_options
+def command(inventory: InventoryArg, *, run: RunOptions) -> None:
+    """Upgrade to the versions the inventory pins: Kubernetes (one minor release at a time), the NVIDIA
+    driver, container toolkit and containerd, each node drained once; then the platform releases.
+
+    --check prints the plan (hops, batches, what each node gets) and changes nothing. A re-run of an
+    interrupted upgrade continues where it stopped: nodes already at the pins are left alone.
+
+    Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
+    """
+    # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
+    from gpubring import nodeops, paths, runner, upgrade
+    from gpubring.commands._common import load_or_exit
+    from gpubring.commands.runs import warn_orphans
+    from gpubring.phases import PHASES
+
+    inv = load_or_exit(inventory)
+    try:
+        plan = upgrade.plan_upgrade(inv)
+    except upgrade.UpgradeError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    if run.check:
+        typer.echo(f"gpubring upgrade {inventory} --check: the plan; nothing is changed, no host is reached")
+        for line in upgrade.plan_lines(plan):
+            typer.echo(line)
+        typer.echo(f"next: gpubring upgrade {inventory}")
+        raise typer.Exit(code=ExitCode.OK)
+    try:
+        phases = runner.select_phases(
+            PHASES,
+            None,
+            None,
+            inv.phases,
+            inv.phases_skipped_reason,
+            check=False,
+            check_only=inv.phases_check_only,
+        )
+    except runner.PhaseError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    skipped = dict(phases.skipped)
+    if "cluster" in skipped:
+        typer.echo(
+            f"error: an upgrade is the cluster phase, and {skipped['cluster']}; "
+            f"`gpubring upgrade {inventory} --check` prints the plan",
+            err=True,
+        )
+        raise typer.Exit(code=ExitCode.BAD_INPUT)
+    warn_orphans(inventory, inv.root)
+    step = nodeops.Step(
+        "upgrade",
+        (paths.playbooks_dir() / nodeops.UPGRADE_PLAYBOOK).resolve(),
+        "",
+        f"upgrade to the pins: {len(plan.changing)} node(s) to change, {len(plan.releases)} release(s)",
+        skip_tags=tuple(phase for phase, _ in phases.skipped),
+    )
+    code = nodeops.run_steps(inv, [step], run, title=f"gpubring upgrade {inventory}", phases=phases)
+    raise typer.Exit(code=int(code))

@@ -1,0 +1,299 @@
+"""`gpubring upgrade`: the plan from gpubring's record (hops, batches, what each node gets), the hop rule
+(the CLI's and the role's, on one table), the record kept by successful runs, and the refusals before
+any host. The playbook itself runs on the lab in tests/test_e2e_lab.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gpubring import upgrade
+from gpubring.app import app
+from gpubring.exitcodes import ExitCode
+from gpubring.inventory import load_inventory
+from helpers import REPO
+
+PIN = "1.34.2"  # versions.yml's kubernetes pin; test_the_pin_is_what_the_tests_assume checks it
+CPS = ("cp-1", "cp-2", "cp-3")
+GPUS = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
+
+
+def cli(*args: str | Path) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["upgrade", *map(str, args)], env={"COLUMNS": "300"})
+    return result.exit_code, result.output
+
+
+def write_record(
+    root: Path, hosts: dict[str, dict[str, str]], releases: dict[str, str] | None = None
+) -> None:
+    path = root / ".gpubring" / "installed.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"format": 1, "hosts": hosts, "releases": releases or {}, "runs": {}}
+    path.write_text(json.dumps(data))
+
+
+def at_pins(inventory: Path) -> dict[str, dict[str, str]]:
+    """The record of a cluster at the pins, as a successful `gpubring up` leaves it."""
+    inv = load_inventory(inventory)
+    report = {"exit_code": 0, "check": False, "partial": [], "stats": {key: {} for key in inv.hosts}}
+    assert upgrade.record_run(inv, report, ("host", "cluster", "platform"))
+    return upgrade.load_installed(inventory).hosts  # type: ignore[return-value]
+
+
+def test_the_pin_is_what_the_tests_assume(sample_inventory: Path) -> None:
+    assert load_inventory(sample_inventory).versions["kubernetes"]["version"] == PIN
+
+
+# -- the hop rule: the CLI's check_hop and the role's hop.yml agree ---------------------------------
+
+HOPS = [
+    ("1.33.5", PIN, None),
+    ("1.34.0", PIN, None),
+    (PIN, PIN, None),
+    ("1.32.7", PIN, "2 minor releases at once"),
+    ("1.31.0", PIN, "1.31 -> 1.32 -> 1.33 -> 1.34"),
+    ("1.34.3", PIN, "downgrade"),
+    ("1.35.0", PIN, "downgrade"),
+    ("0.34.2", PIN, "major"),
+]
+
+
+@pytest.mark.parametrize(("current", "target", "refused"), HOPS)
+def test_the_cli_hop_rule(current: str, target: str, refused: str | None) -> None:
+    if refused is None:
+        upgrade.check_hop(current, target, "cp-1")
+        return
+    with pytest.raises(upgrade.UpgradeError, match=refused):
+        upgrade.check_hop(current, target, "cp-1")
+
+
+def test_the_role_refuses_what_the_cli_refuses(tmp_path: Path) -> None:
+    """roles/cluster_upgrade/tasks/hop.yml, run by ansible-playbook on each case of the same table."""
+    case = tmp_path / "case.yml"
+    case.write_text(
+        "- block:\n"
+        f"    - ansible.builtin.include_tasks: {REPO}/roles/cluster_upgrade/tasks/hop.yml\n"
+        "    - ansible.builtin.set_fact: {results: \"{{ results + [''] }}\"}\n"
+        "  rescue:\n"
+        '    - ansible.builtin.set_fact: {results: "{{ results + [ansible_failed_result.msg] }}"}\n'
+    )
+    play = tmp_path / "play.yml"
+    cases = [{"from": c, "to": t} for c, t, _ in HOPS]
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  vars:\n    results: []\n"
+        f"    cases: {json.dumps(cases)}\n"
+        "  tasks:\n"
+        "    - ansible.builtin.include_tasks: case.yml\n"
+        "      vars: {__cluster_upgrade_from: '{{ item.from }}', cluster_upgrade_version: '{{ item.to }}',"
+        " __cluster_upgrade_what: the cluster}\n"
+        "      loop: '{{ cases }}'\n"
+        "    - ansible.builtin.debug: {var: results}\n"
+    )
+    run = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        cwd=REPO,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    results = out["plays"][0]["tasks"][-1]["hosts"]["localhost"]["results"]
+    assert len(results) == len(HOPS)
+    for (current, target, refused), said in zip(HOPS, results, strict=True):
+        if refused is None:
+            assert said == "", (current, target, said)
+        else:
+            assert refused in said, (current, target, said)
+            assert "the cluster runs Kubernetes " + current in said, said
+
+
+# -- batches: what Ansible makes of a play's serial -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("count", "serial"),
+    [
+        (5, "25%"),
+        (8, "25%"),
+        (3, "25%"),
+        (10, "3"),
+        (10, "1"),
+        (7, "100%"),
+        (10, "[1, 30%]"),
+        (9, "['1', '2', 50%]"),
+    ],
+)
+def test_batches_are_ansibles(count: int, serial: str) -> None:
+    """Against ansible-core's own PlaybookExecutor._get_serialized_batches."""
+    import yaml
+    from ansible.executor.playbook_executor import PlaybookExecutor
+
+    hosts = [f"w{i}" for i in range(count)]
+    executor = PlaybookExecutor.__new__(PlaybookExecutor)
+    executor._inventory = SimpleNamespace(get_hosts=lambda *_a, **_k: list(hosts))  # type: ignore[assignment]
+    value = yaml.safe_load(serial)
+    play: Any = SimpleNamespace(hosts="all", order=None, serial=value if isinstance(value, list) else [value])
+    theirs = [tuple(batch) for batch in executor._get_serialized_batches(play)]
+    assert upgrade.batches(hosts, serial) == theirs
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+def test_without_a_record_every_node_is_listed_in_order(sample_inventory: Path) -> None:
+    plan = upgrade.plan_upgrade(
+        load_inventory(sample_inventory), upgrade.Installed({}, {}, {}, Path("/none"))
+    )
+    assert plan.first is not None and plan.first.name == "cp-1"
+    assert [n.name for n in plan.control_planes] == ["cp-2", "cp-3"]
+    workers = [n.name for batch in plan.worker_batches for n in batch]
+    assert workers == [*GPUS, "cpu-1"]
+    # gpubring_serial 25% of 5 workers: int(1.25) = 1 a batch
+    assert [len(b) for b in plan.worker_batches] == [1, 1, 1, 1, 1]
+    gpu = next(n for n in plan.nodes if n.name == "gpu-1")
+    assert {c.component for c in gpu.changes} >= {"kubernetes", "nvidia_driver", "nvidia_container_toolkit"}
+    cpu = next(n for n in plan.nodes if n.name == "cpu-1")
+    assert "nvidia_driver" not in {c.component for c in cpu.changes}
+    lines = "\n".join(upgrade.plan_lines(plan))
+    assert "record: none yet" in lines and f"Kubernetes -> {PIN}" in lines
+
+
+def test_a_cluster_at_the_pins_gets_nothing(make_inventory: Callable[..., Path]) -> None:
+    inventory = make_inventory()
+    at_pins(inventory)
+    code, out = cli(inventory, "--check")
+    assert code == 0, out
+    assert f"Kubernetes stays {PIN}" in out
+    assert "0 of 8 node(s) drained" in out
+    assert "platform releases: every chart pin as recorded" in out
+    assert not (inventory / ".gpubring" / "runs").exists(), "--check must not start a run"
+
+
+def test_one_minor_release_up_is_planned_node_by_node(make_inventory: Callable[..., Path]) -> None:
+    inventory = make_inventory()
+    hosts = at_pins(inventory)
+    old = {h: {**v, "kubernetes": "1.33.5"} for h, v in hosts.items()}
+    old["gpu-2"]["nvidia_driver"] = "580.82.07"
+    write_record(inventory, old, {"gpu-operator": "v25.3.4"})
+    code, out = cli(inventory, "--check")
+    assert code == 0, out
+    assert f"Kubernetes 1.33.5 -> {PIN}" in out
+    lines = out.splitlines()
+    first = next(i for i, ln in enumerate(lines) if "first control plane cp-1" in ln)
+    second = next(i for i, ln in enumerate(lines) if "control plane cp-2, alone" in ln)
+    workers = next(i for i, ln in enumerate(lines) if "gpu-2:" in ln)
+    assert first < second < workers
+    gpu2 = lines[workers]
+    assert f"kubernetes 1.33.5 -> {PIN}" in gpu2 and "nvidia_driver 580.82.07 -> 580.95.05" in gpu2
+    assert "nvidia_driver" not in next(ln for ln in lines if "gpu-1:" in ln)
+    assert "gpu-operator v25.3.4 -> v25.10.0" in out
+    assert "8 of 8 node(s) drained once each" in out
+
+
+def test_a_skipped_minor_release_is_refused_with_the_hops(make_inventory: Callable[..., Path]) -> None:
+    inventory = make_inventory()
+    hosts = at_pins(inventory)
+    write_record(inventory, {h: {**v, "kubernetes": "1.32.4"} for h, v in hosts.items()})
+    code, out = cli(inventory, "--check")
+    assert code == ExitCode.BAD_INPUT, out
+    assert "cp-1 runs Kubernetes 1.32.4 and the pin is 1.34.2: 2 minor releases at once" in out
+    assert "1.32 -> 1.33 -> 1.34" in out
+    assert "(7 more node(s) alike)" in out
+    assert "Traceback" not in out
+    # without --check too, before any host: no run folder
+    code, out = cli(inventory)
+    assert code == ExitCode.BAD_INPUT, out
+    assert not (inventory / ".gpubring" / "runs").exists()
+
+
+def test_an_inventory_without_the_cluster_phase_is_refused(make_inventory: Callable[..., Path]) -> None:
+    inventory = make_inventory({"group_vars/all/phases.yml": "gpubring_phases: [preflight, host]\n"})
+    code, out = cli(inventory)
+    assert code == ExitCode.BAD_INPUT, out
+    assert "an upgrade is the cluster phase" in out and "--check" in out
+    assert not (inventory / ".gpubring" / "runs").exists()
+
+
+def test_a_bad_inventory_is_refused_before_the_plan(make_inventory: Callable[..., Path]) -> None:
+    inventory = make_inventory(
+        {"group_vars/all/versions.yml": "gpubring_versions: {kubernetes: {version: 9}}\n"}
+    )
+    code, out = cli(inventory, "--check")
+    assert code == ExitCode.BAD_INPUT, out
+    assert "versions.yml" in out and "Traceback" not in out
+
+
+# -- the record -------------------------------------------------------------------------------------
+
+
+def _report(inv_hosts: list[str], **over: Any) -> dict[str, Any]:
+    return {"exit_code": 0, "check": False, "partial": [], "stats": {key: {} for key in inv_hosts}, **over}
+
+
+@pytest.mark.parametrize(
+    "over",
+    [{"exit_code": 1}, {"exit_code": 4}, {"check": True}, {"partial": ["--tags kernel"]},
+     {"partial": ["--skip-tags containerd"]}],
+)  # fmt: skip
+def test_only_a_whole_successful_run_is_recorded(
+    sample_inventory: Path, tmp_path: Path, over: dict[str, Any]
+) -> None:
+    inv = load_inventory(sample_inventory)
+    inv = type(inv)(**{**inv.__dict__, "root": tmp_path})
+    assert not upgrade.record_run(inv, _report(list(inv.hosts), **over), ("host", "cluster"))
+    assert not upgrade.record_path(tmp_path).exists()
+
+
+def test_the_record_follows_the_phases_and_hosts_of_the_run(sample_inventory: Path, tmp_path: Path) -> None:
+    inv = load_inventory(sample_inventory)
+    inv = type(inv)(**{**inv.__dict__, "root": tmp_path})
+    # a node add of gpu-4 with the inventory's phases left out as --skip-tags: still recorded
+    report = _report(["gpu-4", "cp-1"], partial=["--limit gpu-4", "--skip-tags verify"])
+    assert upgrade.record_run(inv, report, ("host",))
+    rec = upgrade.load_installed(tmp_path)
+    assert set(rec.hosts) == {"gpu-4", "cp-1"}
+    assert "kubernetes" not in rec.hosts["gpu-4"]  # the cluster phase did not run
+    assert rec.hosts["gpu-4"]["nvidia_driver"] == inv.versions["nvidia_driver"]["version"]
+    assert "nvidia_driver" not in rec.hosts["cp-1"]  # not a GPU node
+    assert rec.releases == {}
+    assert upgrade.record_run(inv, _report(list(inv.hosts)), ("cluster", "platform"))
+    rec = upgrade.load_installed(tmp_path)
+    assert all(rec.hosts[h]["kubernetes"] == PIN for h in inv.hosts)
+    assert rec.releases["gpu-operator"] == inv.versions["gpu_operator"]["chart"]
+    # a removed node loses its Kubernetes, keeps its host setup; a whole reset loses the releases
+    upgrade.forget_hosts(inv, ["gpu-4"])
+    rec = upgrade.load_installed(tmp_path)
+    assert "kubernetes" not in rec.hosts["gpu-4"] and "nvidia_driver" in rec.hosts["gpu-4"]
+    assert rec.hosts["gpu-3"]["kubernetes"] == PIN
+    upgrade.forget_hosts(inv, list(inv.hosts), whole_cluster=True)
+    rec = upgrade.load_installed(tmp_path)
+    assert rec.releases == {} and all("kubernetes" not in v for v in rec.hosts.values())
+
+
+@pytest.mark.parametrize(
+    "text", ["", "{", "[]", '{"format": 2, "hosts": {"a": {"kubernetes": "1"}}}', '{"format": 1, "hosts": 5}']
+)
+def test_a_broken_record_reads_as_none(tmp_path: Path, text: str) -> None:
+    path = upgrade.record_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    assert upgrade.load_installed(tmp_path).empty
+
+
+def test_a_large_batch_is_folded(sample_inventory: Path) -> None:
+    inv = load_inventory(sample_inventory)
+    node = upgrade.NodePlan("w", (upgrade.Change("kubernetes", "1.33.5", PIN),))
+    plan = upgrade.plan_upgrade(inv, upgrade.Installed({}, {}, {}, Path("/none")))
+    many = tuple(upgrade.NodePlan(f"w{i}", node.changes) for i in range(500))
+    lines = upgrade.plan_lines(type(plan)(**{**plan.__dict__, "worker_batches": (many,)}))
+    assert any("w0, w1, w2, ... (500 nodes)" in ln for ln in lines), lines
