@@ -48,9 +48,8 @@ def main() -> None:
             times = []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                proc = subprocess.run(
-                    [gpubring(), "upgrade", str(folder), "--check"], capture_output=True, text=True, check=False
-                )
+                command = [gpubring(), "upgrade", str(folder), "--check"]
+                proc = subprocess.run(command, capture_output=True, text=True, check=False)
                 times.append(time.perf_counter() - start)
                 if proc.returncode != 0:
                     print(f"gpubring upgrade --check exited {proc.returncode}:\n{proc.stderr[-2000:]}")
@@ -58,7 +57,8 @@ def main() -> None:
             peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
             drained = next((ln for ln in proc.stdout.splitlines() if "drained once each" in ln), "?")
             print(
-                f"{nodes} nodes ({recorded} recorded): upgrade --check median {statistics.median(times):.2f} s "
+                f"{nodes} nodes ({recorded} recorded): upgrade --check "
+                f"median {statistics.median(times):.2f} s "
                 f"(min {min(times):.2f} s) of {args.runs}, peak RSS {peak_mb:.0f} MB, "
                 f"{len(proc.stdout.splitlines())} plan lines; {drained}"
             )
