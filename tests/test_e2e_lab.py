@@ -301,3 +301,50 @@ def test_check_mode_runs_the_cluster_and_platform_phases(lab_dir: Path, tmp_path
             ["docker", "exec", f"{PREFIX}-cp1", "test", "-e", path], capture_output=True, check=False
         )
         assert probe.returncode == 1, f"{path} exists on {PREFIX}-cp1 after a check-mode run"
+
+
+def test_upgrade_plans_from_the_record_and_its_playbook_reads_every_node(lab_dir: Path) -> None:
+    """Issue 13 item 1 as far as the lab goes (it has no cluster): the converging `gpubring up` recorded
+    what it installed; `upgrade --check` plans from that record; `upgrade` itself is refused before any
+    host (the lab leaves the cluster phase out); the playbook in check mode reads every node and leaves
+    them as they were; for real it stops on the first control plane, no cluster, before any other node."""
+    record = json.loads((lab_dir / ".gpubring" / "installed.json").read_text())
+    gpus = {f"{PREFIX}-gpu1", f"{PREFIX}-gpu2"}
+    assert gpus <= set(record["hosts"]), record
+    assert all("nvidia_driver" in record["hosts"][g] for g in gpus), record
+    assert all("kubernetes" not in v for v in record["hosts"].values()), "the lab ran no cluster phase"
+
+    plan = gpubring("upgrade", lab_dir, "--check", timeout=300)
+    assert plan.returncode == 0, _tail(plan)
+    assert f"first control plane {PREFIX}-cp1" in plan.stdout, plan.stdout
+    runs_before = sorted((lab_dir / ".gpubring" / "runs").iterdir())
+    refused = gpubring("upgrade", lab_dir, timeout=300)
+    assert refused.returncode == 2, _tail(refused)
+    assert "an upgrade is the cluster phase" in refused.stderr, refused.stderr
+    assert sorted((lab_dir / ".gpubring" / "runs").iterdir()) == runs_before, (
+        "a refused upgrade started a run"
+    )
+
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    playbook = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(lab_dir / "hosts.yml"),
+                str(REPO / "playbooks" / "upgrade.yml"), "--skip-tags", "platform"]  # fmt: skip
+    check = subprocess.run(
+        [*playbook, "--check"], capture_output=True, text=True, timeout=1800, check=False, cwd=REPO, env=env
+    )
+    assert check.returncode == 0, f"upgrade.yml --check failed:\n{_tail(check)}"
+    assert f"Check mode: no cluster on {PREFIX}-cp1" in check.stdout, _tail(check)
+    for node in NODES:
+        assert f"{node}: at the pins, nothing to upgrade (in no cluster" in check.stdout, (node, _tail(check))
+    recap = {m["host"]: m.groupdict() for m in map(RECAP.match, check.stdout.splitlines()) if m}
+    assert set(recap) == NODES, check.stdout[-4000:]
+    assert {h: c["changed"] for h, c in recap.items()} == dict.fromkeys(NODES, "0"), _changed_tasks(check)
+
+    real = subprocess.run(
+        playbook, capture_output=True, text=True, timeout=1800, check=False, cwd=REPO, env=env
+    )
+    assert real.returncode != 0, _tail(real)
+    assert "there is no cluster to upgrade here" in real.stdout, _tail(real)
+    recap = {m["host"]: m.groupdict() for m in map(RECAP.match, real.stdout.splitlines()) if m}
+    assert set(recap) == {f"{PREFIX}-cp1"}, "an upgrade without a cluster reached other nodes:\n" + _tail(
+        real
+    )
