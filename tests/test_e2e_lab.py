@@ -5,9 +5,11 @@ fresh lab, `gpubring up --check` of the preflight and host phases fails no task 
 Then the first real run converges the lab's phases; the second must report 0 changed on every host,
 read from the run's JSON report, and so must a plain `ansible-playbook playbooks/host.yml` (the vars
 plugin gives it what gpubring gives a run). Then `gpubring up --check` dry-runs the cluster and
-platform phases the lab cannot run for real, as far as the unreachable repositories allow. The lab is
-torn down whatever happens. The lab uses its own prefix and a temporary inventory folder, so a
-user's `inventories/lab` lab is never touched.
+platform phases the lab cannot run for real, as far as the unreachable repositories allow, and the
+upgrade playbook reads every node. Last, the faults: a node's container killed during the host phase
+(the others finish, exit 4, a re-run converges once it is back) and SIGTERM during a role (exit 3, a
+re-run converges, a third changes nothing). The lab is torn down whatever happens. The lab uses its
+own prefix and a temporary inventory folder, so a user's `inventories/lab` lab is never touched.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -348,3 +352,151 @@ def test_upgrade_plans_from_the_record_and_its_playbook_reads_every_node(lab_dir
     assert set(recap) == {f"{PREFIX}-cp1"}, "an upgrade without a cluster reached other nodes:\n" + _tail(
         real
     )
+
+
+# -- faults: a node dying mid-run, SIGTERM mid-role (issue 13 item 5) ---------------------------------
+
+HOST_PLAY = "Host setup on every node"  # the first play of playbooks/host.yml
+
+
+def _started(lab: Path, before: set[Path], task_of_role: str) -> Path | None:
+    """The run folder of the run started after `before` once one of its events is a task of the role
+    `task_of_role` starting in the host play; None until then."""
+    runs = lab / ".gpubring" / "runs"
+    for folder in sorted(set(runs.iterdir()) - before):
+        for path in folder.glob("artifacts/*/job_events/*.json"):
+            try:
+                event = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written
+            data = event.get("event_data") or {}
+            if (
+                event.get("event") == "playbook_on_task_start"
+                and data.get("play") == HOST_PLAY
+                and data.get("role") == task_of_role
+            ):
+                return folder
+    return None
+
+
+def _start_up_and_wait_for(lab: Path, role: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:
+    """`gpubring up LAB --only host` in a child process, returned once a task of `role` has started."""
+    runs = lab / ".gpubring" / "runs"
+    before = set(runs.iterdir())
+    child = subprocess.Popen(
+        [sys.executable, "-m", "gpubring", "up", str(lab), "--only", "host", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
+    )  # fmt: skip
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and child.poll() is None:
+        folder = _started(lab, before, role)
+        if folder is not None:
+            return child, folder
+        time.sleep(0.5)
+    out = child.communicate(timeout=600)[0] if child.poll() is None else child.stdout.read()  # type: ignore[union-attr]
+    pytest.fail(f"no task of role {role} started in the host play (exit {child.returncode}):\n{out[-4000:]}")
+
+
+def _wait_for_ssh(lab: Path) -> None:
+    deadline = time.monotonic() + 300
+    while True:
+        probe = gpubring("check", lab, "--timeout", "5", timeout=120)
+        if probe.returncode == 0 or time.monotonic() > deadline:
+            assert probe.returncode == 0, f"the lab did not answer SSH again:\n{_tail(probe)}"
+            return
+        time.sleep(3)
+
+
+def test_a_node_that_dies_mid_host_phase_is_named_and_a_rerun_converges(
+    lab_dir: Path, tmp_path: Path
+) -> None:
+    """A GPU node's container is killed while the host phase runs: the other nodes finish, the summary
+    names the dead node, exit 4; once it is started again, a re-run converges (exit 0, nothing failed)."""
+    victim = f"{PREFIX}-gpu2"
+    child, _ = _start_up_and_wait_for(lab_dir, "kernel", "--json", str(tmp_path / "dead.json"))
+    try:
+        killed = subprocess.run(["docker", "kill", victim], capture_output=True, text=True, check=False)
+        assert killed.returncode == 0, killed.stderr
+        out = child.communicate(timeout=1800)[0]
+    finally:
+        if child.poll() is None:
+            child.kill()
+        subprocess.run(["docker", "start", victim], capture_output=True, check=False)
+    assert child.returncode == 4, f"exit {child.returncode}, expected 4 (unreachable):\n{out[-4000:]}"
+    report = json.loads((tmp_path / "dead.json").read_text())
+    stats = host_stats(report)
+    assert stats[victim]["unreachable"] > 0, stats
+    for host in NODES - {victim}:
+        assert stats[host]["failed"] == 0 and stats[host]["unreachable"] == 0, (host, stats)
+        assert stats[host]["ok"] > 0, (host, stats)
+    summary = [ln for ln in out.splitlines() if victim in ln and "unreachable" in ln.lower()]
+    assert summary, f"the summary does not name {victim} as unreachable:\n{out[-4000:]}"
+
+    _wait_for_ssh(lab_dir)
+    again = gpubring("up", lab_dir, "--only", "host", "--json", tmp_path / "again.json")
+    assert again.returncode == 0, f"the re-run after the node came back failed:\n{_tail(again)}"
+    stats = host_stats(json.loads((tmp_path / "again.json").read_text()))
+    assert set(stats) == NODES and all(s["failed"] == 0 and s["unreachable"] == 0 for s in stats.values()), (
+        stats
+    )
+
+
+def test_sigterm_mid_role_exits_3_and_reruns_converge(lab_dir: Path, tmp_path: Path) -> None:
+    """SIGTERM while a role runs: exit 3 and a cancelled report; no half-written file on any node (Ansible
+    writes a file to a temporary name beside it and renames it); a re-run converges and a third run
+    changes nothing."""
+    child, folder = _start_up_and_wait_for(lab_dir, "containerd")
+    child.send_signal(signal.SIGTERM)
+    out = child.communicate(timeout=1800)[0]
+    assert child.returncode == 3, f"exit {child.returncode}, expected 3 (cancelled):\n{out[-4000:]}"
+    report = json.loads((folder / "report.json").read_text())
+    assert report["status"] == "cancelled", report["status"]
+    assert report["stopped_at"], report
+
+    for node in sorted(NODES):
+        leftovers = subprocess.run(
+            ["docker", "exec", node, "find", "/etc", "/usr/local", "-name", ".ansible_tmp*"],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert leftovers.stdout.strip() == "", f"half-written files on {node}:\n{leftovers.stdout}"
+
+    second = gpubring("up", lab_dir, "--only", "host", "--json", tmp_path / "s2.json")
+    assert second.returncode == 0, f"the re-run after SIGTERM failed:\n{_tail(second)}"
+    third = gpubring("up", lab_dir, "--only", "host", "--json", tmp_path / "s3.json")
+    assert third.returncode == 0, f"the third run failed:\n{_tail(third)}"
+    changed = {h: s["changed"] for h, s in host_stats(json.loads((tmp_path / "s3.json").read_text())).items()}
+    assert changed == dict.fromkeys(NODES, 0), (
+        f"the third run changed something: {changed}\n{_changed_tasks(third)}"
+    )
+
+
+# -- the node lifecycle on a grown lab (issue 13 item 5) ----------------------------------------------
+
+
+def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_path: Path) -> None:
+    """`lab up` with one more (CPU) node keeps the running nodes and names the node add to run; `node
+    add` runs the preflight, host and verify phases on that node alone (its report's hosts). `node
+    remove` is the cluster phase, which the lab leaves out: refused before any host (exit 2).
+
+    Runs last (file order): the lab has four nodes from here on."""
+    new = f"{PREFIX}-cpu1"
+    grow = gpubring(
+        "lab", "up", "--nodes", "4", "--cpu-nodes", "1", "--prefix", PREFIX, "--inventory-dir", lab_dir,
+        timeout=1800,
+    )  # fmt: skip
+    assert grow.returncode == 0, f"growing the lab failed:\n{_tail(grow)}"
+    assert f"next: gpubring node add {lab_dir} {new}" in grow.stdout, grow.stdout
+
+    add = gpubring("node", "add", lab_dir, new, "--json", tmp_path / "add.json")
+    assert add.returncode == 0, f"`gpubring node add` failed:\n{_tail(add)}"
+    report = json.loads((tmp_path / "add.json").read_text())
+    stats = host_stats(report)
+    assert set(stats) == {new}, f"node add touched other nodes: {sorted(stats)}"
+    assert stats[new]["ok"] > 0 and stats[new]["changed"] > 0 and stats[new]["failed"] == 0, stats
+
+    runs_before = sorted((lab_dir / ".gpubring" / "runs").iterdir())
+    remove = gpubring("node", "remove", lab_dir, new)
+    assert remove.returncode == 2, _tail(remove)
+    assert "removing a node is the cluster phase" in remove.stderr, remove.stderr
+    assert sorted((lab_dir / ".gpubring" / "runs").iterdir()) == runs_before
