@@ -3,8 +3,10 @@
 `parse()` turns one ansible-runner event (the dicts its `event_handler` receives and its
 artifacts/<ident>/job_events/ hold) into one small frozen dataclass, or None for events nothing
 here needs. `RunState` folds those events into what the live view, the summary and the JSON report
-show: the current phase and play, each host's current task and counts, the failures, and where each
-host was when a run is cancelled. The view and the report read the same `RunState`.
+show: the current phase and play, each host's current task and counts, the failures, where each
+host was when a run is cancelled, which hosts still had a task in flight then (`RunState.in_flight`)
+and what the wait for their package work found (`CancelWait`, `PackageWait`, `CancelWaitEnd`). The
+view and the report read the same `RunState`.
 """
 
 from __future__ import annotations
@@ -137,6 +139,43 @@ class Cancelled:
 
 
 @dataclass(frozen=True)
+class CancelWait:
+    """After a cancel, once gpubring's own processes are stopped: the hosts that still had a task in
+    flight (host -> `role : task`), whose package work gpubring waits for up to `timeout_s` seconds
+    (gpubring_cancel_wait_timeout; 0: it does not wait). Emitted by the runner."""
+
+    hosts: Mapping[str, str]
+    timeout_s: int
+
+
+@dataclass(frozen=True)
+class PackageWait:
+    """What the wait found on a host (the `preflight_package_wait` fact of preflight's
+    package_wait.yml): `holders`, the package work going on when it looked first (one line per process:
+    pid, lock or "(running)", command line); `busy`, what still was when it looked last; `done`, the
+    wait for this host is over (`busy` empty: the work finished)."""
+
+    host: str
+    holders: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class CancelWaitEnd:
+    """The wait after a cancel is over: `stopped`, why it was stopped before its end (a second Ctrl-C,
+    SIGTERM or SIGHUP), empty when it was not; `timed_out`, gpubring's own bound on the wait passed;
+    `unchecked`, the hosts the wait could not look at (host -> why: unreachable, a failed probe);
+    `not_waited`, gpubring_cancel_wait_timeout is 0. Emitted by the runner."""
+
+    duration_s: float = 0.0
+    stopped: str = ""
+    timed_out: bool = False
+    unchecked: Mapping[str, str] = field(default_factory=dict)
+    not_waited: bool = False
+
+
+@dataclass(frozen=True)
 class Notice:
     """Something the operator should read once (an accelerator fallback, for example)."""
 
@@ -171,6 +210,9 @@ Event = (
     | RebootState
     | AcceptanceVerdict
     | Cancelled
+    | CancelWait
+    | PackageWait
+    | CancelWaitEnd
     | Notice
     | Output
     | AnsibleError
@@ -374,6 +416,24 @@ def acceptance_verdict(event: Mapping[str, Any]) -> AcceptanceVerdict | None:
     return verdict
 
 
+PACKAGE_WAIT_FACT = "preflight_package_wait"
+
+
+def package_wait(event: Mapping[str, Any]) -> PackageWait | None:
+    """What preflight's package_wait.yml found on a host, as its set_fact of `preflight_package_wait`
+    published it, or None. Only the wait after a cancel reads it (the runner's second run)."""
+    found = _result_facts(event)
+    fact = found[1].get(PACKAGE_WAIT_FACT) if found else None
+    if found is None or not isinstance(fact, Mapping):
+        return None
+    return PackageWait(
+        host=found[0],
+        holders=tuple(line.strip() for line in _texts(fact.get("holders"))),
+        busy=tuple(line.strip() for line in _texts(fact.get("busy"))),
+        done=fact.get("done") is True,
+    )
+
+
 def parse_all(event: Mapping[str, Any]) -> list[Event]:
     """`parse()`'s event, then the hardware summary, the reboot verdict and the acceptance verdict the
     same result carries."""
@@ -461,6 +521,96 @@ class Failure:
         }
 
 
+def task_label(task: str, role: str) -> str:
+    """`role : task` as ansible prints it, or whichever of the two there is."""
+    return f"{role} : {task}" if role and task else task or role
+
+
+# What the wait after a cancel says of a host: its package work was over when the wait first looked
+# (idle) or ended during the wait (finished); it was still going when the wait ran out (timed_out) or
+# was stopped (stopped); the wait could not look (unchecked); gpubring did not wait (not_waited).
+WAIT_OUTCOMES = ("idle", "finished", "timed_out", "stopped", "unchecked", "not_waited")
+MAYBE_BUSY = frozenset({"timed_out", "stopped", "unchecked", "not_waited"})
+
+
+@dataclass
+class WaitedHost:
+    task: str
+    outcome: str = "waiting"
+    holders: tuple[str, ...] = ()
+    busy: tuple[str, ...] = ()
+    message: str = ""
+    done: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "outcome": self.outcome,
+            "holders": list(self.holders),
+            "busy": list(self.busy),
+            "message": self.message,
+        }
+
+
+@dataclass
+class CancelWaitState:
+    """The wait after a cancel: the hosts that had a task in flight and what the wait found on each.
+
+    `outcome` (when the wait is over): not_waited (gpubring_cancel_wait_timeout is 0), stopped (a
+    second signal), timed_out (a host was still busy at the end), unchecked (a host could not be
+    looked at), else finished; "waiting" while it goes."""
+
+    timeout_s: int
+    hosts: dict[str, WaitedHost] = field(default_factory=dict)
+    outcome: str = "waiting"
+    reason: str = ""
+    duration_s: float = 0.0
+
+    def maybe_busy(self) -> list[str]:
+        """The hosts whose package work may still be going on."""
+        return [name for name, host in self.hosts.items() if host.outcome in MAYBE_BUSY]
+
+    def found(self, event: PackageWait) -> None:
+        host = self.hosts.get(event.host)
+        if host is None:
+            return
+        host.holders = event.holders or host.holders
+        host.busy, host.done = event.busy, event.done
+
+    def end(self, event: CancelWaitEnd) -> None:
+        self.duration_s = round(event.duration_s, 3)
+        self.reason = event.stopped
+        for name, host in self.hosts.items():
+            if event.not_waited:
+                host.outcome = "not_waited"
+            elif host.done:
+                host.outcome = "timed_out" if host.busy else "finished" if host.holders else "idle"
+            elif name in event.unchecked:
+                host.outcome, host.message = "unchecked", event.unchecked[name]
+            elif event.stopped:
+                host.outcome = "stopped"
+            elif event.timed_out:
+                host.outcome = "timed_out"
+            else:
+                host.outcome, host.message = "unchecked", "the wait ended without a word from the host"
+        outcomes = {host.outcome for host in self.hosts.values()}
+        for outcome in ("not_waited", "stopped", "timed_out", "unchecked"):
+            if outcome in outcomes:
+                self.outcome = outcome
+                break
+        else:
+            self.outcome = "finished"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "timeout_s": self.timeout_s,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "duration_s": self.duration_s,
+            "hosts": {name: host.as_dict() for name, host in sorted(self.hosts.items())},
+        }
+
+
 @dataclass
 class RunState:
     """Everything the view and the report need, folded from the events of one run."""
@@ -484,6 +634,8 @@ class RunState:
     reboot_pending: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
     # host -> its gpu_acceptance verdict and admission, merged over the results that carried them.
     acceptance: dict[str, AcceptanceVerdict] = field(default_factory=dict)
+    # The wait after a cancel for the package work of the hosts that had a task in flight.
+    cancel_wait: CancelWaitState | None = None
 
     def host(self, name: str) -> HostState:
         state = self.hosts.get(name)
@@ -508,6 +660,17 @@ class RunState:
             self.stats = event
         elif isinstance(event, Cancelled):
             self.cancelled = True
+        elif isinstance(event, CancelWait):
+            self.cancel_wait = CancelWaitState(
+                timeout_s=event.timeout_s,
+                hosts={host: WaitedHost(task=task) for host, task in event.hosts.items()},
+            )
+        elif isinstance(event, PackageWait):
+            if self.cancel_wait is not None:
+                self.cancel_wait.found(event)
+        elif isinstance(event, CancelWaitEnd):
+            if self.cancel_wait is not None:
+                self.cancel_wait.end(event)
         elif isinstance(event, AnsibleError):
             if event.continued and self.errors:
                 self.errors[-1] += f"\n{event.text}"
@@ -583,6 +746,15 @@ class RunState:
             for failure in self.failures
             if failure.host not in recap or recap[failure.host].failed or recap[failure.host].unreachable
         ]
+
+    def in_flight(self) -> dict[str, str]:
+        """The hosts with a task started and no result for it yet (host -> `role : task`), by name:
+        where a cancel may have left work going on (an apt install, a DKMS build)."""
+        return {
+            name: task_label(state.task, state.role)
+            for name, state in sorted(self.hosts.items())
+            if name and state.task and not state.done
+        }
 
     def stopped_at(self) -> dict[str, Any]:
         """Where the run was: the phase and play, and each host's last task."""

@@ -13,6 +13,11 @@ Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and the
   could not reach;
 - stopped_at: where a cancelled run was ({phase, play, hosts: {host: {phase, play, task, role,
   finished}}}), null otherwise;
+- cancel_wait: after a cancel that left tasks in flight, the wait for those hosts' package work
+  ({timeout_s, outcome: finished | timed_out | stopped | unchecked | not_waited, reason (what stopped
+  it), duration_s, hosts: {host: {task, outcome: idle | finished | timed_out | stopped | unchecked |
+  not_waited, holders, busy, message}}}: `holders` is what was busy when the wait first looked, `busy`
+  what still was at its end, one line per process); null when there was no such wait;
 - options: check, diff, limit, tags, skip_tags, forks, strategy, extra_vars (names only, never values);
 - check: true for a check-mode run (a dry run: its `changed` counts are what would change);
 - partial: what narrowed the run, as typed (`--only preflight`, `--limit gpu01`, `--tags x`,
@@ -65,6 +70,7 @@ REPORT_FIELDS = (
     "failures",
     "ignored",
     "stopped_at",
+    "cancel_wait",
     "options",
     "check",
     "partial",
@@ -143,6 +149,7 @@ def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
         "failures": [f.as_dict() for f in state.final_failures()],
         "ignored": [f.as_dict() for f in state.ignored],
         "stopped_at": state.stopped_at() if state.cancelled else None,
+        "cancel_wait": state.cancel_wait.as_dict() if state.cancel_wait is not None else None,
         "options": dict(meta.options),
         "check": bool(meta.options.get("check", False)),
         "partial": list(meta.partial),

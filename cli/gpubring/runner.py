@@ -8,13 +8,15 @@
     vars/gpubring.json               the rolling batch size gpubring_serial (Ansible templates play
                                      keywords such as `serial` before any host's variables exist),
                                      passed with `-e @`
-    vars/extra-vars-N.json           the operator's -e mappings (0600), only while the run goes
+    vars/extra-vars-N.json           the operator's -e mappings (0600), only while the run (or the
+                                     wait after its cancel) goes
     tmp/                             ansible's local temporary files (ANSIBLE_LOCAL_TEMP), only while
-                                     the run goes
+                                     the run (or the wait after its cancel) goes
     project/run.yml                  imports the phase playbooks asked for, in order (up)
     env/settings                     ansible-runner settings (how often the cancel flag is read)
     artifacts/<run>/                 ansible-runner's artifacts: command (environment scrubbed),
                                      stdout, job_events/, rc, status
+    artifacts/<run>-wait/            the same of the wait after a cancel (below), when there was one
     report.json                      the run report (gpubring.report)
 
 The inventory goes to ansible-runner as its absolute path, never as a dict (GPU_NOTES 15). The
@@ -27,6 +29,17 @@ temporary folder. A gpubring that is killed (SIGKILL) cannot remove them: the ne
 inventory removes what runs that are over left (`clear_leftovers`), and reports the
 ansible-playbook processes such a run left running (`find_orphans`, `kill_orphans`).
 
+A cancel (Ctrl-C, SIGTERM, SIGHUP, or a caller's CancelFlag) stops ansible-playbook and every process
+it started here (`_Reaper`), but not what its tasks started on the hosts: an apt install or a `dkms
+build` goes on there, and a re-run would meet a busy dpkg. So, once the local processes are stopped,
+the run names the hosts that still had a task in flight (`RunState.in_flight`) and waits, up to
+gpubring_cancel_wait_timeout seconds (settings.yml; 0 does not wait), for their package work to end:
+a second, short ansible-runner run of playbooks/wait_idle.yml (preflight's package_wait.yml) limited to
+those hosts, with the same inventory, -e and connection settings, the linear strategy (no Mitogen
+socket), its -e files and local temporary files removed as the first run's are. A second signal
+stops that wait at once (the hosts that may still be busy are named); the exit code stays 3 and
+report.json's `cancel_wait` says what the wait found.
+
 Nothing in this module imports ansible or ansible_runner at module level.
 """
 
@@ -38,22 +51,26 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata, util
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from gpubring import paths, report, runstore, yamlfile
 from gpubring.events import (
     Cancelled,
+    CancelWait,
+    CancelWaitEnd,
     Event,
     Notice,
     Output,
@@ -61,10 +78,14 @@ from gpubring.events import (
     PhaseTracker,
     PlayStart,
     RunState,
+    package_wait,
     parse_all,
 )
 from gpubring.exitcodes import ExitCode
 from gpubring.runopts import ExtraVarsSource, RunOptions
+
+if TYPE_CHECKING:
+    from gpubring.model import Inventory
 
 # Mitogen only checks a minimum ansible-core version (ansible_mitogen/loaders.py,
 # ANSIBLE_VERSION_MIN); its newer releases dropped the maximum. gpubring enables it only up to the
@@ -72,9 +93,18 @@ from gpubring.runopts import ExtraVarsSource, RunOptions
 MITOGEN_TESTED_MAX = (2, 19)
 MITOGEN_FALLBACK_MIN = (2, 10)
 MITOGEN_STRATEGY = "mitogen_linear"
+# mitogen.unix.make_socket_path(): the multiplexer's socket in the system's temporary folder.
+MITOGEN_SOCKET_PREFIX = "mitogen_unix_"
 CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # How often (seconds) ansible-runner reads the cancel flag.
 CANCEL_POLL_S = 1
+# The wait after a cancel: its setting and that setting's default in settings.yml (used when the
+# inventory cannot be read), the playbook, and how long past the setting gpubring lets the wait run
+# go on (connecting, ansible-playbook's start) before it stops it.
+CANCEL_WAIT_SETTING = "gpubring_cancel_wait_timeout"
+CANCEL_WAIT_DEFAULT_S = 300
+WAIT_PLAYBOOK = "wait_idle.yml"
+WAIT_GRACE_S = 60
 
 
 class ExtraVarsError(ValueError):
@@ -323,19 +353,30 @@ def accelerator(requested: bool, ansible_core: tuple[int, ...] | None = None) ->
 
 
 class CancelFlag:
-    """Set by Ctrl-C, SIGTERM or a caller; read by ansible-runner's cancel_callback."""
+    """Set by Ctrl-C, SIGTERM or a caller; read by ansible-runner's cancel_callback.
+
+    Set again (a second Ctrl-C), it stops the wait for the hosts' package work after the cancel."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self._again = threading.Event()
         self.reason = ""
+        self.again_reason = ""
 
     def set(self, reason: str = "cancelled") -> None:
-        if not self._event.is_set():
-            self.reason = reason
+        if self._event.is_set():
+            if not self._again.is_set():
+                self.again_reason = reason
+            self._again.set()
+            return
+        self.reason = reason
         self._event.set()
 
     def is_set(self) -> bool:
         return self._event.is_set()
+
+    def is_set_again(self) -> bool:
+        return self._again.is_set()
 
     @contextmanager
     def on_signals(self) -> Iterator[None]:
@@ -368,12 +409,17 @@ class _Reaper:
     This run's ansible-playbook is the child of this process that runs ansible-playbook and was not
     there before the run started (a command line need not name the run folder: the inventory, the
     playbook and every -e file may all live elsewhere).
+
+    Mitogen's connection multiplexer binds a unix socket in the system's temporary folder and removes
+    it when it exits, which a SIGKILL does not let it do: the reaper notes the Mitogen sockets those
+    processes hold and removes them once they are killed.
     """
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.seen: dict[int, int] = {}
         self.sessions: set[int] = set()
+        self.sockets: set[Path] = set()
         me = os.getpid()
         self.before = {pid for pid, (ppid, _, _) in self._table().items() if ppid == me}
 
@@ -391,9 +437,37 @@ class _Reaper:
         seen, sessions = _descendants(table, roots)
         self.seen.update(seen)
         self.sessions |= sessions
+        self.sockets |= {path for path in _unix_sockets(seen) if path.name.startswith(MITOGEN_SOCKET_PREFIX)}
 
     def sweep(self) -> int:
-        return _kill(self.seen, self.sessions)
+        killed = _kill(self.seen, self.sessions)
+        for path in self.sockets:
+            with suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    path.unlink()
+        return killed
+
+
+def _unix_sockets(pids: Iterable[int]) -> set[Path]:
+    """The paths of the unix sockets that these processes hold open (their fds matched with
+    /proc/net/unix by inode; abstract and unnamed sockets left out)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        with suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:[") and target.endswith("]"):
+                        inodes.add(target[len("socket:[") : -1])
+    paths: set[Path] = set()
+    if not inodes:
+        return paths
+    with suppress(OSError), open("/proc/net/unix", encoding="utf-8", errors="replace") as handle:
+        for line in handle.read().splitlines()[1:]:
+            fields = line.split(maxsplit=7)  # Num RefCount Protocol Flags Type St Inode Path
+            if len(fields) == 8 and fields[6] in inodes and fields[7].startswith("/"):
+                paths.add(Path(fields[7]))
+    return paths
 
 
 def _process_table() -> dict[int, tuple[int, int, int]]:
@@ -616,6 +690,9 @@ class RunSettings:
     run_folder: Path | None = None
     # The --only/--from the operator gave, as typed (`--only preflight,host`): the run is partial.
     phase_option: str = ""
+    # Seconds a cancelled run waits for the package work of the hosts that had a task in flight;
+    # None: -e gpubring_cancel_wait_timeout, else the inventory's setting (settings.yml: 300).
+    cancel_wait_timeout: int | None = None
 
 
 @dataclass(frozen=True)
@@ -692,6 +769,30 @@ EXTRA_VARS_PREFIX = "extra-vars-"
 LOCAL_TEMP = "tmp"
 
 
+def _extra_vars_args(sources: Sequence[ExtraVarsSource], vars_dir: Path) -> list[str]:
+    """`-e @file` for each of the operator's -e: a vault file as it is, a mapping written to a 0600
+    file under the run folder (0700), removed when the run ends (`_remove_run_files`); never in the
+    system's /tmp, never on the command line."""
+    args: list[str] = []
+    vars_dir.mkdir(mode=0o700, exist_ok=True)
+    for index, source in enumerate(sources):
+        if isinstance(source, Path):
+            args += ["-e", f"@{source}"]
+            continue
+        path = vars_dir / f"{EXTRA_VARS_PREFIX}{index}.json"
+        runstore.write_private(path, json.dumps(dict(source), default=str))
+        args += ["-e", f"@{path}"]
+    return args
+
+
+def _remove_run_files(folder: Path) -> None:
+    """Remove the -e files and ansible's local temporary folder of a run that is over."""
+    for path in (folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*.json"):
+        with suppress(OSError):
+            path.unlink()
+    shutil.rmtree(folder / LOCAL_TEMP, ignore_errors=True)
+
+
 def _cmdline(settings: RunSettings, folder: Path) -> str:
     args: list[str] = []
     play_vars: dict[str, Any] = {}
@@ -703,14 +804,7 @@ def _cmdline(settings: RunSettings, folder: Path) -> str:
         vars_file = vars_dir / "gpubring.json"
         runstore.write_private(vars_file, json.dumps(play_vars, indent=2))
         args += ["-e", f"@{vars_file}"]
-    for index, source in enumerate(settings.options.extra_vars):
-        if isinstance(source, Path):
-            args += ["-e", f"@{source}"]
-            continue
-        # Under the run folder (0700), removed when the run ends; never in the system's /tmp.
-        path = vars_dir / f"{EXTRA_VARS_PREFIX}{index}.json"
-        runstore.write_private(path, json.dumps(dict(source), default=str))
-        args += ["-e", f"@{path}"]
+    args += _extra_vars_args(settings.options.extra_vars, vars_dir)
     if settings.options.check:
         args.append("--check")
     if settings.options.diff:
@@ -817,15 +911,18 @@ class _Session:
         *,
         on_event: Callable[[Event], None] | None,
         cancel: CancelFlag,
+        ident: str = "",
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.settings = settings
         self.state = RunState()
         self.tracker = PhaseTracker(plays)
         self.reaper = _Reaper(folder)
-        self.artifact_dir = folder / "artifacts" / folder.name
+        self.artifact_dir = folder / "artifacts" / (ident or folder.name)
         self.envvars = envvars
         self.on_event = on_event
         self.cancel = cancel
+        self.should_stop = should_stop or cancel.is_set
 
     def emit(self, event: Event) -> None:
         self.state.apply(event)
@@ -849,7 +946,7 @@ class _Session:
             _scrub_command_artifact(self.artifact_dir, self.envvars)
 
     def cancel_callback(self) -> bool:
-        if not self.cancel.is_set():
+        if not self.should_stop():
             return False
         if not self.reaper.seen:
             self.reaper.snapshot()
@@ -860,7 +957,7 @@ class _Session:
             self.reaper.sweep()
         _scrub_command_artifact(self.artifact_dir, self.envvars)
         _owner_only(self.artifact_dir.parent)
-        if runner_status == "canceled" or (not runner_status and self.cancel.is_set()):
+        if runner_status == "canceled" or (not runner_status and self.should_stop()):
             self.emit(Cancelled(self.cancel.reason or "cancelled"))
 
 
@@ -877,6 +974,174 @@ def _options(settings: RunSettings, accel: Accelerator) -> dict[str, Any]:
     }
 
 
+def _run_playbook(
+    settings: RunSettings, folder: Path, session: _Session, playbook: Path, inventories: Sequence[Path]
+) -> tuple[int | None, str]:
+    """ansible-runner's run of the playbook: ansible-playbook's exit status and ansible-runner's status."""
+    import ansible_runner
+
+    runner = ansible_runner.run(
+        private_data_dir=str(folder),
+        ident=folder.name,
+        playbook=str(playbook),
+        inventory=[str(p) for p in inventories],
+        cmdline=_cmdline(settings, folder),
+        envvars=dict(session.envvars),
+        limit=settings.options.limit,
+        tags=settings.options.tags,
+        skip_tags=settings.options.skip_tags,
+        forks=settings.options.forks,
+        verbosity=settings.options.verbosity or None,
+        quiet=True,
+        suppress_env_files=True,
+        rotate_artifacts=settings.keep_runs,
+        # Not "jsonfile": ansible-runner would point the cache into this run's artifacts.
+        fact_cache_type="memory",
+        event_handler=session.event_handler,
+        status_handler=session.status_handler,
+        cancel_callback=session.cancel_callback,
+    )
+    return (runner.rc if isinstance(runner.rc, int) else None), str(runner.status)
+
+
+# --- the wait after a cancel ----------------------------------------------------------------------
+
+
+def _seconds(value: Any) -> int | None:
+    """A timeout setting as whole seconds >= 0, or None when it is not one."""
+    if isinstance(value, bool):
+        return None
+    try:
+        seconds = int(str(value).strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def cancel_wait_timeout(settings: RunSettings, inventory_settings: Mapping[str, Any] | None = None) -> int:
+    """The seconds a cancelled run waits for its hosts' package work: the run's own
+    `cancel_wait_timeout`, else the last -e that sets gpubring_cancel_wait_timeout (it wins in Ansible
+    too), else the inventory's setting, else settings.yml's default."""
+    if settings.cancel_wait_timeout is not None:
+        return max(settings.cancel_wait_timeout, 0)
+    for source in reversed(settings.options.extra_vars):
+        if isinstance(source, Mapping) and CANCEL_WAIT_SETTING in source:
+            seconds = _seconds(source[CANCEL_WAIT_SETTING])
+            if seconds is not None:
+                return seconds
+    seconds = _seconds((inventory_settings or {}).get(CANCEL_WAIT_SETTING))
+    return CANCEL_WAIT_DEFAULT_S if seconds is None else seconds
+
+
+def _inventory_of(settings: RunSettings) -> Inventory | None:
+    """The run's inventory (its hosts and cluster-wide settings), or None when it cannot be read: the
+    wait then takes every host in flight and settings.yml's default."""
+    from gpubring.inventory import InventoryError, load_inventory
+
+    try:
+        return load_inventory(settings.inventory_root, check_rules=False)
+    except (InventoryError, OSError):
+        return None
+
+
+def _wait_after_cancel(settings: RunSettings, folder: Path, session: _Session, cancel: CancelFlag) -> None:
+    """Name the inventory hosts that still had a task in flight when the run was cancelled, and wait
+    for their package work (`_wait_run`); events CancelWait, PackageWait and CancelWaitEnd."""
+    flight = session.state.in_flight()
+    if not flight:
+        return
+    inventory = _inventory_of(settings)
+    if inventory is not None:
+        # A play on the controller (implicit localhost) left nothing on a host: the reaper stopped it.
+        flight = {host: task for host, task in flight.items() if host in inventory.hosts}
+        if not flight:
+            return
+    timeout = cancel_wait_timeout(settings, inventory.settings if inventory is not None else None)
+    session.emit(CancelWait(hosts=flight, timeout_s=timeout))
+    began = time.monotonic()
+    if timeout == 0:
+        end = CancelWaitEnd(not_waited=True)
+    elif cancel.is_set_again():
+        end = CancelWaitEnd(stopped=cancel.again_reason)
+    else:
+        try:
+            end = _wait_run(settings, folder, session, cancel, flight=flight, timeout=timeout)
+        except Exception as exc:  # the cancelled run still ends with its report and exit code 3
+            why = f"the wait could not run: {type(exc).__name__}: {exc}"
+            end = CancelWaitEnd(unchecked=dict.fromkeys(flight, why))
+    session.emit(replace(end, duration_s=time.monotonic() - began))
+
+
+def _wait_run(
+    settings: RunSettings,
+    folder: Path,
+    session: _Session,
+    cancel: CancelFlag,
+    *,
+    flight: Mapping[str, str],
+    timeout: int,
+) -> CancelWaitEnd:
+    """The second ansible-runner run: playbooks/wait_idle.yml limited to the hosts in flight, with the
+    run's inventory, -e (0600 files under the run folder again, removed after) and connection
+    settings, the linear strategy (no Mitogen), ident <run>-wait. What the hosts publish
+    (PackageWait) goes to the run's events as it arrives; nothing else of this run does."""
+    import ansible_runner
+
+    ident = f"{folder.name}-wait"
+    deadline = time.monotonic() + timeout + WAIT_GRACE_S
+    ran_out = threading.Event()
+
+    def should_stop() -> bool:
+        if time.monotonic() > deadline:
+            ran_out.set()
+        return cancel.is_set_again() or ran_out.is_set()
+
+    envvars = _envvars(settings, Accelerator(strategy="linear", env={}), folder)
+    waiting = _Session(
+        settings, folder, (), envvars, on_event=None, cancel=cancel, ident=ident, should_stop=should_stop
+    )
+
+    def event_handler(raw: dict[str, Any]) -> bool:
+        waiting.event_handler(raw)
+        found = package_wait(raw)
+        if found is not None and found.host in flight:
+            session.emit(found)
+        return True
+
+    args = _extra_vars_args(settings.options.extra_vars, folder / "vars")
+    # Last: what gpubring waits for is what the play waits for, whatever an -e said.
+    args += ["-e", json.dumps({CANCEL_WAIT_SETTING: timeout})]
+    (folder / LOCAL_TEMP).mkdir(mode=0o700, exist_ok=True)
+    status = ""
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(folder),
+            ident=ident,
+            playbook=str(paths.playbooks_dir().resolve() / WAIT_PLAYBOOK),
+            inventory=[str(settings.hosts_file.resolve())],
+            cmdline=shlex.join(args),
+            envvars=dict(envvars),
+            limit=",".join(flight),
+            forks=settings.options.forks,
+            quiet=True,
+            suppress_env_files=True,
+            fact_cache_type="memory",
+            event_handler=event_handler,
+            status_handler=waiting.status_handler,
+            cancel_callback=waiting.cancel_callback,
+        )
+        status = str(runner.status)
+    finally:
+        waiting.finish(status)
+        _remove_run_files(folder)
+    stopped = cancel.again_reason if cancel.is_set_again() else ""
+    unchecked = {f.host: f.message for f in waiting.state.failures if f.host in flight}
+    if waiting.state.errors and not stopped:
+        for host in flight:
+            unchecked.setdefault(host, waiting.state.errors[0])
+    return CancelWaitEnd(stopped=stopped, timed_out=ran_out.is_set() and not stopped, unchecked=unchecked)
+
+
 def run(
     settings: RunSettings,
     on_event: Callable[[Event], None] | None = None,
@@ -886,9 +1151,11 @@ def run(
 
     Ctrl-C, SIGTERM and SIGHUP (when called from the main thread) and `cancel` stop the run; the
     report is written to <run folder>/report.json in every case.
-    """
-    import ansible_runner
 
+    A cancel then waits, up to gpubring_cancel_wait_timeout, for the package work of the hosts that
+    had a task in flight (the module's docstring); a second signal, or `cancel.set()` again, stops
+    that wait. The report says what it found (`cancel_wait`).
+    """
     cancel = cancel or CancelFlag()
     started = _now()
     inventory_root = settings.inventory_root.resolve()
@@ -911,36 +1178,18 @@ def run(
     ansible_rc: int | None = None
     runner_status = ""
     try:
+        # One signal handler from the start of the run to the end of the wait after its cancel: a
+        # second Ctrl-C stops that wait, and no Ctrl-C can interrupt the cleanup in between.
         with cancel.on_signals():
-            runner = ansible_runner.run(
-                private_data_dir=str(folder),
-                ident=folder.name,
-                playbook=str(playbook),
-                inventory=[str(p) for p in inventories],
-                cmdline=_cmdline(settings, folder),
-                envvars=dict(session.envvars),
-                limit=settings.options.limit,
-                tags=settings.options.tags,
-                skip_tags=settings.options.skip_tags,
-                forks=settings.options.forks,
-                verbosity=settings.options.verbosity or None,
-                quiet=True,
-                suppress_env_files=True,
-                rotate_artifacts=settings.keep_runs,
-                # Not "jsonfile": ansible-runner would point the cache into this run's artifacts.
-                fact_cache_type="memory",
-                event_handler=session.event_handler,
-                status_handler=session.status_handler,
-                cancel_callback=session.cancel_callback,
-            )
-            ansible_rc = runner.rc if isinstance(runner.rc, int) else None
-            runner_status = str(runner.status)
+            try:
+                ansible_rc, runner_status = _run_playbook(settings, folder, session, playbook, inventories)
+            finally:
+                session.finish(runner_status)
+                _remove_run_files(folder)
+            if session.state.cancelled:
+                _wait_after_cancel(settings, folder, session, cancel)
     finally:
-        session.finish(runner_status)
-        for path in (folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*.json"):
-            with suppress(OSError):
-                path.unlink()
-        shutil.rmtree(folder / LOCAL_TEMP, ignore_errors=True)
+        _remove_run_files(folder)
         meta = report.RunMeta(
             command=settings.command,
             inventory=inventory_root,

@@ -3,10 +3,11 @@
 On a terminal, a rich Live table shows the current phase and play, each host's current task and its
 counts (ok / changed / failed / unreachable / skipped), with phase, play and failure lines printed
 above it. Elsewhere (CI logs, pipes) the same lines are printed plainly, one per phase, play start and
-failed or unreachable result. When preflight has read the hosts (at the next play, or at the recap),
-the hardware summary is printed once, one line per host. The view folds the same events as the
-report (events.RunState); `summary()` renders a report dict, so `gpubring runs RUN` shows a past
-run exactly as `up` did.
+failed or unreachable result. A cancel adds the hosts that still had a task in flight, what their
+package manager was busy with, and how the wait for it ended. When preflight has read the hosts (at
+the next play, or at the recap), the hardware summary is printed once, one line per host. The view
+folds the same events as the report (events.RunState); `summary()` renders a report dict, so
+`gpubring runs RUN` shows a past run exactly as `up` did.
 """
 
 from __future__ import annotations
@@ -22,17 +23,22 @@ from rich.table import Table
 from rich.text import Text
 
 from gpubring.events import (
+    MAYBE_BUSY,
     AnsibleError,
     Cancelled,
+    CancelWait,
+    CancelWaitEnd,
     Event,
     HardwareSummary,
     HostResult,
     Notice,
     Output,
+    PackageWait,
     PlaybookStats,
     PlayStart,
     RunState,
     TaskStart,
+    task_label,
 )
 
 COUNT_COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped")
@@ -192,8 +198,49 @@ def acceptance_lines(report: Mapping[str, Any]) -> list[Text]:
     return lines
 
 
-def _task_label(task: str, role: str) -> str:
-    return f"{role} : {task}" if role and task else task or role
+def cancel_wait_head(data: Mapping[str, Any]) -> Text | None:
+    """One line for the wait after a cancel (report.json's `cancel_wait`), naming the hosts that may
+    still be busy: `stopped waiting (SIGINT received) after 4 s: gpu01, gpu02 may still be busy`,
+    `done waiting (12 s): no package work left on gpu01`, ...; None while the wait goes."""
+    hosts = data.get("hosts") or {}
+    outcome = str(data.get("outcome") or "")
+    busy = [str(h) for h, e in hosts.items() if isinstance(e, Mapping) and e.get("outcome") in MAYBE_BUSY]
+    named = ", ".join(busy)
+    took = f"{round(float(data.get('duration_s') or 0))} s"
+    if outcome == "not_waited":
+        return Text(
+            f"not waiting (gpubring_cancel_wait_timeout is 0): {named} may still be busy", style="bold yellow"
+        )
+    if outcome == "stopped":
+        why = str(data.get("reason") or "cancelled again")
+        return Text(f"stopped waiting ({why}) after {took}: {named} may still be busy", style="bold yellow")
+    if outcome == "timed_out":
+        return Text(
+            f"gave up waiting after {data.get('timeout_s')} s (gpubring_cancel_wait_timeout): "
+            f"{named} may still be busy",
+            style="bold yellow",
+        )
+    if outcome == "unchecked":
+        return Text(f"done waiting ({took}); could not check {named}: may still be busy", style="yellow")
+    if outcome == "finished":
+        return Text(f"done waiting ({took}): no package work left on {', '.join(hosts)}", style="green")
+    return None
+
+
+def cancel_wait_lines(data: Mapping[str, Any] | None) -> list[Text]:
+    """The wait after a cancel as the summary shows it: the head line, then one line per host that
+    may still be busy, with what was busy or why it could not be checked."""
+    head = cancel_wait_head(data) if data else None
+    if data is None or head is None:
+        return []
+    lines = [Text("after the cancel: ", style="bold").append_text(head)]
+    for host, entry in (data.get("hosts") or {}).items():
+        if not isinstance(entry, Mapping) or entry.get("outcome") not in MAYBE_BUSY:
+            continue
+        what = "; ".join(str(b) for b in entry.get("busy") or entry.get("holders") or [])
+        detail = str(entry.get("message") or "") or what or "its task was in flight"
+        lines.append(Text(f"  {host} ({entry.get('task')}): {detail}"))
+    return lines
 
 
 def _elapsed(seconds: float) -> str:
@@ -291,7 +338,7 @@ class RunView:
         if now - self._last_line < self.heartbeat_s:
             return None
         running = [
-            f"{name}: {_task_label(host.task, host.role)} ({_elapsed(now - self._task_started[name])})"
+            f"{name}: {task_label(host.task, host.role)} ({_elapsed(now - self._task_started[name])})"
             for name, host in sorted(self.state.hosts.items())
             if not host.done and host.play == self.state.play and name in self._task_started
         ]
@@ -332,11 +379,11 @@ class RunView:
         if isinstance(event, HostResult) and event.status in ("failed", "unreachable"):
             if event.ignored:
                 return Text(
-                    f"failed (ignored) {event.host}: {_task_label(event.task, event.role)}", style="dim"
+                    f"failed (ignored) {event.host}: {task_label(event.task, event.role)}", style="dim"
                 )
             label = "FAILED" if event.status == "failed" else "UNREACHABLE"
             text = Text(f"{label} ", style=f"bold {_STYLE[event.status]}")
-            text.append(f"{event.host}: {_task_label(event.task, event.role)}: ", style="bold")
+            text.append(f"{event.host}: {task_label(event.task, event.role)}: ", style="bold")
             text.append(event.message)
             return text
         if isinstance(event, Notice):
@@ -347,6 +394,24 @@ class RunView:
             return Text(f"cancelling ({event.reason}): stopping ansible…", style="bold yellow")
         if isinstance(event, Output):
             return Text(event.text.replace("\r\n", "\n").strip("\n"))
+        return self._cancel_wait_line(event)
+
+    def _cancel_wait_line(self, event: Event) -> Text | None:
+        if isinstance(event, CancelWait):
+            hosts = "; ".join(f"{host} ({task})" for host, task in event.hosts.items())
+            text = Text(f"a task was still running on {len(event.hosts)} host(s): {hosts}")
+            text.stylize("bold yellow")
+            if event.timeout_s > 0:
+                text.append(
+                    f"\nwaiting up to {event.timeout_s} s (gpubring_cancel_wait_timeout) for their package"
+                    " manager and DKMS builds to finish; Ctrl-C again stops waiting…",
+                    style="yellow",
+                )
+            return text
+        if isinstance(event, PackageWait) and not event.done and event.holders:
+            return Text(f"{event.host} is busy: {'; '.join(event.holders)}", style="yellow")
+        if isinstance(event, CancelWaitEnd) and self.state.cancel_wait is not None:
+            return cancel_wait_head(self.state.cancel_wait.as_dict())
         return None
 
     # -- live table --------------------------------------------------------------------------------
@@ -371,7 +436,7 @@ class RunView:
             started = self._task_started.get(name)
             table.add_row(
                 name,
-                Text("waiting", style="dim") if waiting else _task_label(host.task, host.role),
+                Text("waiting", style="dim") if waiting else task_label(host.task, host.role),
                 "" if waiting or host.done or started is None else _elapsed(now - started),
                 *(str(getattr(host, col)) for col in COUNT_COLUMNS),
             )
@@ -399,8 +464,9 @@ def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
 
 
 def summary(console: Console, report: Mapping[str, Any]) -> None:
-    """Print the summary of a run report: per-host table, failures, where it stopped, the reboots done
-    and pending, the GPU nodes' acceptance verdicts, the verdict."""
+    """Print the summary of a run report: per-host table, failures, where it stopped and what the wait
+    after the cancel found, the reboots done and pending, the GPU nodes' acceptance verdicts, the
+    verdict."""
     stats = report.get("stats") or {}
     if stats:
         console.print(summary_table(stats))
@@ -413,7 +479,7 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
             where = " / ".join(p for p in (failure.get("phase"), failure.get("play")) if p)
             head = Text(f"  {failure.get('status', 'failed').upper()} ", style="bold red")
             head.append(
-                f"{failure.get('host')}: {_task_label(failure.get('task', ''), failure.get('role', ''))}"
+                f"{failure.get('host')}: {task_label(failure.get('task', ''), failure.get('role', ''))}"
             )
             if where:
                 head.append(f"  ({where})", style="dim")
@@ -426,7 +492,7 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
             Text(f"{len(ignored)} failure(s) let pass by their task (ignore_errors):", style="yellow")
         )
         for item in ignored:
-            label = _task_label(item.get("task", ""), item.get("role", ""))
+            label = task_label(item.get("task", ""), item.get("role", ""))
             message = str(item.get("message", "")).splitlines()[0][:160] if item.get("message") else ""
             console.print(Text(f"  {item.get('host')}: {label}: {message}", style="dim"))
     for error in report.get("errors") or []:
@@ -442,8 +508,10 @@ def summary(console: Console, report: Mapping[str, Any]) -> None:
         for host, where in (stopped.get("hosts") or {}).items():
             state = "after" if where.get("finished") else "during"
             console.print(
-                Text(f"  {host}: {state} {_task_label(where.get('task', ''), where.get('role', ''))}")
+                Text(f"  {host}: {state} {task_label(where.get('task', ''), where.get('role', ''))}")
             )
+    for wait_line in cancel_wait_lines(report.get("cancel_wait")):
+        console.print(wait_line, soft_wrap=True)
     for reboot_line in reboot_lines(report):
         console.print(reboot_line)
     for acceptance_line in acceptance_lines(report):
