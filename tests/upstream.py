@@ -32,7 +32,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from gpubring import versions
+from gpubring import upgrade, versions
 
 ENV = "GPUBRING_UPSTREAM_DIR"
 
@@ -61,17 +61,9 @@ PINNED_FOLDERS: tuple[tuple[str, str], ...] = (
     ("cni.flannel", "flannel-v{}"),
 )
 
-# Release name -> the pin of its chart version (the chart is named as the release).
-RELEASE_PINS: dict[str, str] = {
-    "gpu-operator": "gpu_operator.chart",
-    "network-operator": "network_operator.chart",
-    "volcano": "volcano.chart",
-    "kai-scheduler": "kai_scheduler.chart",
-    "kueue": "kueue.chart",
-    "nvidia-dra-driver-gpu": "dra_driver.chart",
-    "kube-prometheus-stack": "monitoring.chart",
-    "prometheus-adapter": "monitoring.prometheus_adapter_chart",
-}
+# Release name -> the pin of its chart version (the chart is named as the release): the releases
+# `gpubring upgrade` plans.
+RELEASE_PINS: dict[str, str] = upgrade.RELEASES
 
 # Free-form maps: below these keys a chart passes anything through to Kubernetes objects (or to a
 # config file it does not interpret), so their contents are not chart keys to check.

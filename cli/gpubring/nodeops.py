@@ -94,13 +94,13 @@ class Step:
 NODE_PHASES = ("preflight", "host", "cluster", "verify")
 
 
-def node_phases(inv: Inventory, check: bool) -> runner.PhaseSelection:
-    """The phases a node operation runs, chosen as `gpubring up` chooses them: the inventory's
-    gpubring_phases, and the ones in gpubring_phases_check_only only with --check. Raises NodeError
-    when none is left."""
+def node_phases(inv: Inventory, check: bool, phases: Sequence[str] = NODE_PHASES) -> runner.PhaseSelection:
+    """The phases of `phases` a node operation (or an upgrade) runs, chosen as `gpubring up` chooses
+    them: the inventory's gpubring_phases, and the ones in gpubring_phases_check_only only with
+    --check. Raises NodeError when none is left."""
     try:
         return runner.select_phases(
-            NODE_PHASES,
+            phases,
             None,
             None,
             inv.phases,

@@ -26,7 +26,7 @@ def command(inventory: InventoryArg, *, run: RunOptions) -> None:
     Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
     """
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
-    from gpubring import nodeops, paths, runner, upgrade
+    from gpubring import nodeops, paths, upgrade
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES
@@ -44,16 +44,8 @@ def command(inventory: InventoryArg, *, run: RunOptions) -> None:
         typer.echo(f"next: gpubring upgrade {inventory}")
         raise typer.Exit(code=ExitCode.OK)
     try:
-        phases = runner.select_phases(
-            PHASES,
-            None,
-            None,
-            inv.phases,
-            inv.phases_skipped_reason,
-            check=False,
-            check_only=inv.phases_check_only,
-        )
-    except runner.PhaseError as exc:
+        phases = nodeops.node_phases(inv, False, PHASES)
+    except nodeops.NodeError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     skipped = dict(phases.skipped)
