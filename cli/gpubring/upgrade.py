@@ -21,15 +21,15 @@ This module is pure: no ansible, no I/O except the record's file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpubring import runstore
 from gpubring.model import Inventory
+from gpubring.phases import PHASES
 from gpubring.runstore import RUNS_SUBDIR
 from gpubring.versions import get_path, parse_version
 
@@ -98,7 +98,6 @@ RELEASES: dict[str, str] = {
 }
 
 CLUSTER_GROUPS = ("control_plane", "gpu_nodes", "cpu_nodes")
-_PHASE_TAGS = ("preflight", "host", "cluster", "platform", "verify")
 
 
 class UpgradeError(ValueError):
@@ -156,8 +155,8 @@ def load_installed(inventory_root: Path) -> Installed:
 
 
 def _write(installed: Installed) -> None:
-    """Write the record whole (a temporary file renamed over it): a killed gpubring leaves the old
-    one or the new one, never half of either."""
+    """Write the record whole (runstore.write_private: a temporary file renamed over it, 0600): a
+    killed gpubring leaves the old one or the new one, never half of either."""
     data = {
         "format": RECORD_FORMAT,
         "updated": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -166,15 +165,7 @@ def _write(installed: Installed) -> None:
         "runs": dict(sorted(installed.runs.items())),
     }
     installed.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".installed-", dir=installed.path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, installed.path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    runstore.write_private(installed.path, json.dumps(data, indent=2) + "\n")
 
 
 def _pin(inv: Inventory, dotted: str) -> str:
@@ -204,7 +195,7 @@ def record_run(inv: Inventory, report: Mapping[str, Any], phases: Iterable[str])
     for mark in report.get("partial") or ():
         flag, _, value = str(mark).partition(" ")
         # Phases the inventory leaves out reach node operations and upgrades as --skip-tags of phases.
-        if flag == "--tags" or (flag == "--skip-tags" and not set(value.split(",")) <= set(_PHASE_TAGS)):
+        if flag == "--tags" or (flag == "--skip-tags" and not set(value.split(",")) <= set(PHASES)):
             return False
     done = set(phases)
     stats = report.get("stats") or {}
