@@ -1189,7 +1189,6 @@ def run(
             if session.state.cancelled:
                 _wait_after_cancel(settings, folder, session, cancel)
     finally:
-        _remove_run_files(folder)
         meta = report.RunMeta(
             command=settings.command,
             inventory=inventory_root,
