@@ -33,6 +33,7 @@ GOOD: list[tuple[str, Any]] = [
     ("serial", [1, "50%", "100%"]),
     ("duration", "10m"),
     ("duration", "1h30m"),
+    ("kubernetes_release", "1.34.2"),
 ]
 BAD: list[tuple[str, Any, str]] = [
     ("cidr", "10.244.0.0/33", "CIDR notation"),
@@ -69,6 +70,10 @@ BAD: list[tuple[str, Any, str]] = [
     ("serial", [], "serial value"),
     ("duration", "soon", "duration"),
     ("duration", "0s", "duration"),
+    ("kubernetes_release", "1.34", "Kubernetes release"),
+    ("kubernetes_release", 1.34, "Kubernetes release"),
+    ("kubernetes_release", "v1.34.2", "Kubernetes release"),
+    ("kubernetes_release", "1.34.2-1.1", "Kubernetes release"),
 ]
 
 

@@ -297,3 +297,31 @@ def test_a_large_batch_is_folded(sample_inventory: Path) -> None:
     many = tuple(upgrade.NodePlan(f"w{i}", node.changes) for i in range(500))
     lines = upgrade.plan_lines(type(plan)(**{**plan.__dict__, "worker_batches": (many,)}))
     assert any("w0, w1, w2, ... (500 nodes)" in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "cluster_upgrade_version: abc\n",
+            "cluster_upgrade_version: expected a Kubernetes release such as 1.34.2",
+        ),
+        ("cluster_upgrade_version: 1.34\n", "cluster_upgrade_version: expected a Kubernetes release"),
+        (
+            "cluster_upgrade_ready_timeout: 0\n",
+            "cluster_upgrade_ready_timeout: expected a number >= 1, got 0",
+        ),
+        (
+            "kubernetes_packages_install: [kubeadm, kubeproxy]\n",
+            "kubernetes_packages_install[1]: expected one of",
+        ),
+    ],
+)
+def test_bad_upgrade_inputs_are_refused_naming_file_and_key(
+    make_inventory: Callable[..., Path], text: str, expected: str
+) -> None:
+    inventory = make_inventory({"group_vars/all/cluster_upgrade.yml": text})
+    code, out = cli(inventory, "--check")
+    assert code == ExitCode.BAD_INPUT, out
+    assert f"group_vars/all/cluster_upgrade.yml: {expected}" in out, out
+    assert "Traceback" not in out

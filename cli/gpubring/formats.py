@@ -151,6 +151,13 @@ def _serial(value: Any) -> str | None:
     return f"an Ansible serial value: a count >= 1, a percentage 1%-100%, or a list of them, got {value!r}"
 
 
+def _kubernetes_release(value: Any) -> str | None:
+    """x.y.z, as pkgs.k8s.io and kubeadm name a release (the kubernetes_packages role asserts the same)."""
+    if isinstance(value, str) and re.fullmatch(r"\d+\.\d+\.\d+", value):
+        return None
+    return f"a Kubernetes release such as 1.34.2 (a quoted string), got {value!r}"
+
+
 def _duration(value: Any) -> str | None:
     if re.fullmatch(r"(\d+(\.\d+)?(ms|s|m|h))+", str(value)) and not re.fullmatch(
         r"0+(\.0+)?[a-z]+", str(value)
@@ -172,6 +179,7 @@ FORMATS: dict[str, Callable[[Any], str | None]] = {
     "label_key": _label_key,
     "serial": _serial,
     "duration": _duration,
+    "kubernetes_release": _kubernetes_release,
 }
 
 
