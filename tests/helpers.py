@@ -87,3 +87,12 @@ def runs_cli(*args: str | Path) -> tuple[int, str]:
 
     result = CliRunner().invoke(app, ["runs", *map(str, args)], env={"COLUMNS": "250"})
     return result.exit_code, result.output
+
+
+def alive(pid: int) -> bool:
+    """Whether the process runs (a zombie does not count), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

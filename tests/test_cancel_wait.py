@@ -47,7 +47,7 @@ from gpubring.events import (
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.runopts import RunOptions
-from helpers import DATA, REPO
+from helpers import DATA, REPO, alive
 from sshd import KeyPair, Sshd, require_sshd
 
 SECRET = "S3cr3t-cancel-wait-token"
@@ -433,18 +433,10 @@ def site(tmp_path: Path, server: Sshd, client: KeyPair) -> Iterator[Site]:
     # The holder is stopped by its pid, whatever the test did: released, then killed.
     (made.state / "release").touch()
     pid = made.holder_pid()
-    if pid is not None and _alive(pid):
+    if pid is not None and alive(pid):
         time.sleep(1)
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class Gpubring:
@@ -609,7 +601,7 @@ def test_a_second_signal_stops_the_wait_and_names_the_host(site: Site, private_t
         code = gpubring.finish(seconds=STOPPED_WITHIN_S)
         took = time.monotonic() - second
         # It did not wait for the holder: the holder goes on.
-        assert _alive(pid) and not (site.state / "holder.done").exists()
+        assert alive(pid) and not (site.state / "holder.done").exists()
     finally:
         gpubring.stop()
     output = gpubring.output
@@ -640,7 +632,7 @@ def test_a_wait_that_runs_out_says_what_is_still_busy(site: Site, private_tmp: P
         assert pid is not None, gpubring.output
         gpubring.proc.send_signal(signal.SIGTERM)
         code = gpubring.finish()
-        assert _alive(pid) and not (site.state / "holder.done").exists()
+        assert alive(pid) and not (site.state / "holder.done").exists()
     finally:
         gpubring.stop()
     output = gpubring.output

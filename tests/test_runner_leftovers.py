@@ -26,7 +26,7 @@ from gpubring.commands import runs as runs_command
 from gpubring.events import Event, Notice, TaskStart
 from gpubring.exitcodes import ExitCode
 from gpubring.runopts import RunOptions
-from helpers import DATA
+from helpers import DATA, alive
 
 PLAYBOOKS = DATA / "playbooks"
 SECRET = "S3cr3t-left-nowhere"
@@ -139,19 +139,11 @@ worker.join()
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _wait_gone(pids: list[int], seconds: float = 30) -> list[int]:
     deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return [p for p in pids if _alive(p)]
+    return [p for p in pids if alive(p)]
 
 
 def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_clears_them(
