@@ -50,8 +50,8 @@ def entry(**fields: str) -> str:
             releases(entry(chart_vesion='"2.1.0"')),
             "helm_releases[1].chart_vesion",
             "unknown key, expected one of chart, chart_path, create_namespace, manifests, name, "
-            "namespace, namespace_labels, pre_manifests, ready, repo, timeout, values, version, wait; "
-            "did you mean version?",
+            "namespace, namespace_labels, pre_manifests, ready, repo, timeout, upgrade_crds, values, "
+            "version, wait; did you mean version?",
             id="unknown-key",
         ),
         pytest.param(

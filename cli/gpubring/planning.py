@@ -341,3 +341,9 @@ def render_plan(plan: Plan, console: Console) -> None:
         if r.get("waits"):
             waits = "\n".join(f"    {i}. {w}" for i, w in enumerate(r["waits"], 1))
             _say(console, f"  a run of {r.get('name', '')} waits for:\n{waits}")
+        if r.get("upgrade_crds"):
+            _say(
+                console,
+                f"  on a chart upgrade, the CRDs of {r.get('name', '')} (its chart's crds/, which Helm "
+                "does not upgrade) are applied server-side first",
+            )

@@ -98,6 +98,7 @@ class Release:
     timeout: str = "10m"
     ready: list[dict[str, Any]] = field(default_factory=list)
     waits: list[str] = field(default_factory=list)  # what a run waits for, in order, with each timeout
+    upgrade_crds: bool = False  # the chart's crds/ are applied before a chart upgrade (helm tasks/crds.yml)
     deferred: str = ""
 
     @property
@@ -129,6 +130,7 @@ class Release:
             "timeout": self.timeout,
             "ready": self.ready,
             "waits": self.waits,
+            "upgrade_crds": self.upgrade_crds,
             "deferred": self.deferred,
         }
 
@@ -600,6 +602,7 @@ def _assemble(role: str, merged: Mapping[str, Any], variables: Variables) -> Rel
         timeout=str(merged.get("timeout", "10m")),
         ready=ready,
         waits=_waits(str(merged["name"]), merged, manifests, ready, variables),
+        upgrade_crds=_bool(merged.get("upgrade_crds", False)),
     )
 
 
