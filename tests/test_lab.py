@@ -546,6 +546,8 @@ def test_lab_down_keeps_the_run_history_unless_purged(tmp_path: Path) -> None:
         (("create", "create", "create"), (), ["next: gpubring up {inv}"]),  # a new lab
         (("keep", "keep", "keep"), (), ["next: gpubring up {inv}"]),  # nothing added
         (("create", "keep", "keep"), ("gpubunit-cp1",), ["next: gpubring up {inv}"]),  # reshaped
+        # The lab had gpu2 (its marker says so) and its container was removed: a fresh install.
+        (("keep", "keep", "create"), ("known",), ["next: gpubring node replace {inv} gpubunit-gpu2"]),
     ],
 )  # fmt: skip
 def test_lab_up_says_how_to_join_the_nodes_it_added(
@@ -557,12 +559,16 @@ def test_lab_up_says_how_to_join_the_nodes_it_added(
 ) -> None:
     spec = _spec(tmp_path)
     nodes = lab.lab_nodes(spec)
+    inv = tmp_path / "lab"
+    if removed == ("known",):  # the lab's marker, as the lab's earlier `up` wrote it
+        _written_lab(tmp_path)
+        assert {n["name"] for n in lab.read_marker(inv)["nodes"]} >= {"gpubunit-gpu2"}  # type: ignore[index]
+        removed = ()
     plan = lab.LabPlan(
         tuple(lab.PlannedNode(n, 22201 + i, a) for i, (n, a) in enumerate(zip(nodes, actions, strict=True))),  # type: ignore[arg-type]
         removed,
     )
     monkeypatch.setattr(lab, "up", lambda spec, out: plan)
-    inv = tmp_path / "lab"
     result = CliRunner().invoke(lab_command.app, ["up", "--prefix", PREFIX, "--inventory-dir", str(inv)])
     assert result.exit_code == 0, result.output
     assert [ln for ln in result.output.splitlines() if ln.startswith("next:")] == [

@@ -72,6 +72,10 @@ def up_command(
         distro=distro,
         inventory_dir=inventory_dir,
     )
+    # The nodes the lab had before: one of them created again (its container was removed) is a
+    # fresh OS install of a known host, which `node replace` takes, as on a real cluster.
+    before = lab.read_marker(inventory_dir) or {}
+    known = {str(n.get("name")) for n in before.get("nodes") or () if isinstance(n, dict)}
     try:
         plan = lab.up(spec, out=_say)
     except lab.LabError as err:
@@ -83,7 +87,8 @@ def up_command(
         return
     # Nodes added to a lab that kept its others: join them alone, as on a real cluster.
     for name in added:
-        typer.echo(f"next: gpubring node add {inventory_dir} {name}")
+        verb = "replace" if name in known else "add"
+        typer.echo(f"next: gpubring node {verb} {inventory_dir} {name}")
 
 
 @app.command("status")
