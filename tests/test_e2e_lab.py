@@ -1,15 +1,18 @@
 """End to end: a 3-node lab (1 control plane, 2 GPU nodes) and `gpubring up` over real SSH, twice.
 
-One lab for the whole file; pytest runs the tests in file order, and the order matters. First, on the
-fresh lab, `gpubring up --check` of the preflight and host phases fails no task and changes nothing.
-Then the first real run converges the lab's phases; the second must report 0 changed on every host,
-read from the run's JSON report, and so must a plain `ansible-playbook playbooks/host.yml` (the vars
-plugin gives it what gpubring gives a run). Then `gpubring up --check` dry-runs the cluster and
-platform phases the lab cannot run for real, as far as the unreachable repositories allow, and the
-upgrade playbook reads every node. Last, the faults: a node's container killed during the host phase
-(the others finish, exit 4, a re-run converges once it is back) and SIGTERM during a role (exit 3, a
-re-run converges, a third changes nothing). The lab is torn down whatever happens. The lab uses its
-own prefix and a temporary inventory folder, so a user's `inventories/lab` lab is never touched.
+The test session's one lab, for the whole file; pytest runs the tests in file order, and the order
+matters. First, on the fresh lab, `gpubring up --check` of the preflight and host phases fails no task
+and changes nothing. Then the first real run converges the lab's phases; the second must report 0
+changed on every host, read from the run's JSON report, and so must a plain `ansible-playbook
+playbooks/host.yml` (the vars plugin gives it what gpubring gives a run). Then `gpubring up --check`
+dry-runs the cluster and platform phases the lab cannot run for real, as far as the unreachable
+repositories allow, and the upgrade playbook reads every node. Then the faults: a node's container
+killed during the host phase (the others finish, exit 4, a re-run converges once it is back) and SIGTERM
+during a role (exit 3, a re-run converges, a third changes nothing). Last, the node lifecycle: the lab
+grows by a CPU node that `node add` sets up alone, a GPU node's container is replaced by a fresh one that
+`node replace` sets up alone, `node remove` is refused (cluster phase), and `reset` plans without --yes
+and resets a GPU node with it. The lab is torn down whatever happens. The lab uses its own prefix and a
+temporary inventory folder, so a user's `inventories/lab` lab is never touched.
 """
 
 from __future__ import annotations
@@ -44,6 +47,26 @@ def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedPr
         [sys.executable, "-m", "gpubring", *map(str, args)],
         capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env,
     )  # fmt: skip
+
+
+def on(node: str, script: str) -> subprocess.CompletedProcess[str]:
+    """A shell script run in a lab node's container (as root), not over SSH."""
+    return subprocess.run(
+        ["docker", "exec", node, "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+# What `up` writes on a GPU node (containerd, the NVIDIA runtime, kubelet topology, the driver's modules).
+HOST_SETUP = (
+    "/etc/containerd/config.toml",
+    "/etc/containerd/conf.d/99-nvidia.toml",
+    "/etc/kubernetes/kubelet.conf.d/50-gpubring-topology.conf",
+    "/etc/modules-load.d/nvidia.conf",
+)
 
 
 def _tail(proc: subprocess.CompletedProcess[str], lines: int = 60) -> str:
@@ -479,7 +502,7 @@ def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_pa
     add` runs the preflight, host and verify phases on that node alone (its report's hosts). `node
     remove` is the cluster phase, which the lab leaves out: refused before any host (exit 2).
 
-    Runs last (file order): the lab has four nodes from here on."""
+    The lab has four nodes from here on (file order)."""
     new = f"{PREFIX}-cpu1"
     grow = gpubring(
         "lab", "up", "--nodes", "4", "--cpu-nodes", "1", "--prefix", PREFIX, "--inventory-dir", lab_dir,
@@ -500,3 +523,122 @@ def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_pa
     assert remove.returncode == 2, _tail(remove)
     assert "removing a node is the cluster phase" in remove.stderr, remove.stderr
     assert sorted((lab_dir / ".gpubring" / "runs").iterdir()) == runs_before
+
+
+def test_node_replace_of_a_gpu_node_by_a_fresh_container(lab_dir: Path, tmp_path: Path) -> None:
+    """A GPU node's OS is installed afresh (its container removed and created again by `lab up`, with
+    new host keys): `lab up` names `node replace` for it, and `node replace` brings the fresh node to
+    the host setup of the others, touching only it (the stale Node object's removal is the cluster
+    phase, which the lab leaves out). A second `node replace` changes nothing."""
+    victim = f"{PREFIX}-gpu2"
+    before = on(victim, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout
+    removed = subprocess.run(
+        ["docker", "rm", "-f", "-v", victim], capture_output=True, text=True, check=False
+    )
+    assert removed.returncode == 0, removed.stderr
+    again = gpubring(
+        "lab", "up", "--nodes", "4", "--cpu-nodes", "1", "--prefix", PREFIX, "--inventory-dir", lab_dir,
+        timeout=1800,
+    )  # fmt: skip
+    assert again.returncode == 0, f"`lab up` did not bring the node back:\n{_tail(again)}"
+    assert f"create {victim}" in again.stdout, again.stdout
+    assert f"next: gpubring node replace {lab_dir} {victim}" in again.stdout, again.stdout
+    assert on(victim, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout != before, "not a fresh container"
+    fresh = on(victim, f"for p in {' '.join(HOST_SETUP)}; do test -e $p && echo $p; done")
+    assert fresh.stdout.strip() == "", f"the fresh node already has host setup:\n{fresh.stdout}"
+
+    first = gpubring("node", "replace", lab_dir, victim, "--json", tmp_path / "r1.json")
+    assert first.returncode == 0, f"`gpubring node replace` failed:\n{_tail(first)}"
+    stats = host_stats(json.loads((tmp_path / "r1.json").read_text()))
+    assert set(stats) == {victim}, f"node replace touched other nodes: {sorted(stats)}"
+    assert stats[victim]["changed"] > 0 and stats[victim]["failed"] == 0, stats
+    done = on(victim, f"for p in {' '.join(HOST_SETUP)}; do test -e $p || echo $p; done")
+    assert done.stdout.strip() == "", f"host setup missing after node replace:\n{done.stdout}"
+
+    second = gpubring("node", "replace", lab_dir, victim, "--json", tmp_path / "r2.json")
+    assert second.returncode == 0, _tail(second)
+    changed = host_stats(json.loads((tmp_path / "r2.json").read_text()))[victim]["changed"]
+    assert changed == 0, f"a second node replace changed {changed} task(s):\n{_changed_tasks(second)}"
+
+
+# -- reset (issue 13 item 2) on a converged GPU node ---------------------------------------------------
+
+# What a joined node has (kubeadm's files, kubelet's state, the CNI's), which the lab cannot make
+# (no kubeadm): the files stand for what it would have written. The host setup is the real one `up`
+# converged, which the reset keeps.
+KUBE_STATE = (
+    "/etc/kubernetes/kubelet.conf",
+    "/etc/kubernetes/pki/ca.crt",
+    "/etc/kubernetes/manifests",
+    "/var/lib/kubelet/config.yaml",
+    "/var/lib/kubelet/pki/kubelet.crt",
+    "/etc/cni/net.d/10-calico.conflist",
+    "/var/lib/cni/networks/k8s-pod-network/10.244.1.2",
+    "/root/.kube/config",
+)
+FIREWALL = [
+    "iptables -N MYFW", "iptables -A INPUT -p tcp --dport 2222 -j MYFW",
+    "iptables -N KUBE-FIREWALL", "iptables -A INPUT -j KUBE-FIREWALL",
+    "iptables -t nat -N KUBE-SERVICES", "iptables -t nat -A PREROUTING -j KUBE-SERVICES",
+    "iptables -t nat -A KUBE-SERVICES -d 10.96.0.1 -p tcp -j RETURN",
+    "iptables -t nat -N CNI-HOSTPORT-DNAT", "iptables -t nat -A PREROUTING -j CNI-HOSTPORT-DNAT",
+]  # fmt: skip
+
+
+def _messages(report_path: Path) -> str:
+    report = json.loads(report_path.read_text())
+    said = []
+    for path in Path(report["run_folder"]).glob("artifacts/*/job_events/*.json"):
+        msg = (json.loads(path.read_text()).get("event_data", {}).get("res") or {}).get("msg")
+        said += [msg] if isinstance(msg, str) else []
+    return "\n".join(said)
+
+
+def test_reset_without_yes_plans_and_with_yes_removes_kubernetes_and_keeps_the_host_setup(
+    lab_dir: Path, tmp_path: Path
+) -> None:
+    """`reset --limit` of a converged GPU node: without --yes the plan, and no run; with --yes the
+    node's Kubernetes state, its CNI files and the KUBE-/CNI- firewall chains go, the host setup `up`
+    converged (containerd, the NVIDIA runtime, kubelet topology, modules) and the host's own firewall
+    rules stay; a second reset changes nothing. Runs last: the lab is torn down after it."""
+    worker = f"{PREFIX}-gpu1"
+    runs_before = sorted((lab_dir / ".gpubring" / "runs").iterdir())
+    plan = gpubring("reset", lab_dir, "--limit", worker, timeout=300)
+    assert plan.returncode == 0, _tail(plan)
+    assert "nothing is changed without --yes" in plan.stdout, plan.stdout
+    assert f"next: gpubring reset {lab_dir} --limit {worker} --yes" in plan.stdout, plan.stdout
+    assert sorted((lab_dir / ".gpubring" / "runs").iterdir()) == runs_before, "the plan started a run"
+
+    dirs = " ".join(sorted({str(Path(p).parent) for p in KUBE_STATE} | {"/etc/kubernetes/manifests"}))
+    files = " ".join(p for p in KUBE_STATE if "manifests" not in p)
+    seeded = on(worker, f"mkdir -p {dirs} && touch {files}")
+    assert seeded.returncode == 0, seeded.stderr
+    iptables = on(
+        worker, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables && " + " && ".join(FIREWALL)
+    )
+    firewall = iptables.returncode == 0  # the archive may be out of reach: the files are tested all the same
+
+    first = gpubring("reset", lab_dir, "--yes", "--limit", worker, "--json", tmp_path / "r1.json")
+    assert first.returncode == 0, _tail(first)
+    stats = json.loads((tmp_path / "r1.json").read_text())["stats"]
+    assert list(stats) == [worker] and stats[worker]["changed"] > 0, stats
+    assert f"kubeadm is not installed on {worker}: kubeadm reset is skipped" in _messages(
+        tmp_path / "r1.json"
+    )
+    left = on(
+        worker, f"for p in {' '.join(KUBE_STATE)}; do test -e $p && echo $p; done; ls -A /etc/cni/net.d"
+    )
+    assert left.stdout.strip() == "", f"left after the reset:\n{left.stdout}"
+    kept = on(worker, f"for p in {' '.join(HOST_SETUP)}; do test -e $p || echo $p; done")
+    assert kept.stdout.strip() == "", f"host setup removed by the reset:\n{kept.stdout}"
+    if firewall:
+        rules = on(worker, "iptables-save").stdout
+        assert "KUBE-" not in rules and "CNI-" not in rules, rules
+        assert "-A INPUT -p tcp -m tcp --dport 2222 -j MYFW" in rules, rules  # the host's own rules stay
+        assert "DOCKER_OUTPUT" in rules, rules
+
+    again = gpubring("reset", lab_dir, "--yes", "--limit", worker, "--json", tmp_path / "r2.json")
+    assert again.returncode == 0, _tail(again)
+    stats = json.loads((tmp_path / "r2.json").read_text())["stats"]
+    assert stats[worker]["changed"] == 0, stats
+    assert f"{worker} is already reset" in _messages(tmp_path / "r2.json")

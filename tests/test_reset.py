@@ -1,20 +1,11 @@
-"""`gpubring reset`: the plan without --yes (no run), the quorum guard before any host, the playbook's
-own confirmation, and one e2e run on a lab node (marked e2e).
-
-The e2e test has its own two-node lab (one control plane, one GPU node) with its own prefix. It runs
-after tests/test_e2e_lab.py (file order), whose lab is down by then, so the machine never holds two
-labs at once; the reset touches the GPU node only.
-"""
+"""`gpubring reset`: the plan without --yes (no run), the quorum guard before any host and the
+playbook's own confirmation. A real reset of a converged lab GPU node runs in tests/test_e2e_lab.py, on
+the test session's one lab."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,7 +16,6 @@ from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.runopts import RunOptions
-from helpers import REPO
 
 
 def reset(*args: str | Path) -> tuple[int, str]:
@@ -148,133 +138,3 @@ def test_the_playbook_refuses_a_run_without_confirmation(tmp_path: Path) -> None
     assert failure["task"] == "Refuse a reset without confirmation"
     assert "Confirm with -e reset_confirm=yes" in failure["message"]
     assert all(row["changed"] == 0 for row in result.report["stats"].values())
-
-
-# -- e2e: a real reset of a lab node over SSH ------------------------------------------------------
-
-PREFIX = f"gpubrst{os.getpid()}"
-WORKER = f"{PREFIX}-gpu1"
-# What a joined node has (kubeadm's files, kubelet's state, the CNI's) and what the host roles wrote,
-# which the reset keeps. The lab cannot run kubeadm: the files stand for what it would have written.
-KUBE_STATE = (
-    "/etc/kubernetes/kubelet.conf",
-    "/etc/kubernetes/pki/ca.crt",
-    "/etc/kubernetes/manifests",
-    "/var/lib/kubelet/config.yaml",
-    "/var/lib/kubelet/pki/kubelet.crt",
-    "/etc/cni/net.d/10-calico.conflist",
-    "/var/lib/cni/networks/k8s-pod-network/10.244.1.2",
-    "/root/.kube/config",
-)
-HOST_SETUP = (
-    "/etc/containerd/config.toml",
-    "/etc/containerd/conf.d/99-nvidia.toml",
-    "/etc/kubernetes/kubelet.conf.d/50-gpubring-topology.conf",
-    "/etc/modules-load.d/nvidia.conf",
-)
-FIREWALL = [
-    "iptables -N MYFW", "iptables -A INPUT -p tcp --dport 2222 -j MYFW",
-    "iptables -N KUBE-FIREWALL", "iptables -A INPUT -j KUBE-FIREWALL",
-    "iptables -t nat -N KUBE-SERVICES", "iptables -t nat -A PREROUTING -j KUBE-SERVICES",
-    "iptables -t nat -A KUBE-SERVICES -d 10.96.0.1 -p tcp -j RETURN",
-    "iptables -t nat -N CNI-HOSTPORT-DNAT", "iptables -t nat -A PREROUTING -j CNI-HOSTPORT-DNAT",
-]  # fmt: skip
-
-
-def gpubring(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpubring", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
-        env={**os.environ, "NO_COLOR": "1"},
-    )  # fmt: skip
-
-
-def on(node: str, script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["docker", "exec", node, "bash", "-c", script],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-
-
-def _tail(proc: subprocess.CompletedProcess[str]) -> str:
-    return "\n".join((proc.stdout + "\n" + proc.stderr).strip().splitlines()[-40:])
-
-
-@pytest.fixture(scope="module")
-def reset_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    engine = subprocess.run(
-        ["bash", str(REPO / "scripts" / "engine.sh")], capture_output=True, text=True, check=False
-    )
-    if engine.returncode != 0:
-        pytest.skip("no Docker engine could be started (scripts/engine.sh): " + _tail(engine))
-    base = tmp_path_factory.mktemp("reset-lab")
-    inventory = base / "lab"
-    try:
-        up = gpubring(
-            "lab", "up", "--nodes", "2", "--prefix", PREFIX, "--inventory-dir", inventory, timeout=900
-        )
-        assert up.returncode == 0, f"gpubring lab up failed:\n{_tail(up)}"
-        yield inventory
-    finally:
-        if (inventory / ".gpubring").is_dir():
-            shutil.copytree(inventory / ".gpubring", base / "kept-runs", dirs_exist_ok=True)
-        down = gpubring(
-            "lab", "down", "--purge", "--prefix", PREFIX, "--inventory-dir", inventory, timeout=300
-        )
-        assert down.returncode == 0, f"gpubring lab down failed:\n{_tail(down)}"
-
-
-def _messages(report_path: Path) -> str:
-    report = json.loads(report_path.read_text())
-    said = []
-    for path in Path(report["run_folder"]).glob("artifacts/*/job_events/*.json"):
-        msg = (json.loads(path.read_text()).get("event_data", {}).get("res") or {}).get("msg")
-        said += [msg] if isinstance(msg, str) else []
-    return "\n".join(said)
-
-
-@pytest.mark.e2e
-def test_reset_of_a_worker_removes_kubernetes_and_keeps_the_host_setup(
-    reset_lab: Path, tmp_path: Path
-) -> None:
-    dirs = " ".join(
-        sorted({str(Path(p).parent) for p in KUBE_STATE + HOST_SETUP} | {"/etc/kubernetes/manifests"})
-    )
-    seeded = on(
-        WORKER,
-        f"mkdir -p {dirs} && touch {' '.join(p for p in KUBE_STATE + HOST_SETUP if 'manifests' not in p)}",
-    )
-    assert seeded.returncode == 0, seeded.stderr
-    iptables = on(
-        WORKER, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables && " + " && ".join(FIREWALL)
-    )
-    firewall = iptables.returncode == 0  # the archive may be out of reach: the files are tested all the same
-
-    first = gpubring("reset", reset_lab, "--yes", "--limit", WORKER, "--json", tmp_path / "r1.json")
-    assert first.returncode == 0, _tail(first)
-    stats = json.loads((tmp_path / "r1.json").read_text())["stats"]
-    assert list(stats) == [WORKER] and stats[WORKER]["changed"] > 0, stats
-    assert f"kubeadm is not installed on {WORKER}: kubeadm reset is skipped" in _messages(
-        tmp_path / "r1.json"
-    )
-
-    left = on(
-        WORKER, f"for p in {' '.join(KUBE_STATE)}; do test -e $p && echo $p; done; ls -A /etc/cni/net.d"
-    )
-    assert left.stdout.strip() == "", f"left after the reset:\n{left.stdout}"
-    kept = on(WORKER, f"for p in {' '.join(HOST_SETUP)}; do test -e $p || echo $p; done")
-    assert kept.stdout.strip() == "", f"host setup removed by the reset:\n{kept.stdout}"
-    if firewall:
-        rules = on(WORKER, "iptables-save").stdout
-        assert "KUBE-" not in rules and "CNI-" not in rules, rules
-        assert "-A INPUT -p tcp -m tcp --dport 2222 -j MYFW" in rules, rules  # the host's own rules stay
-        assert "DOCKER_OUTPUT" in rules, rules
-
-    again = gpubring("reset", reset_lab, "--yes", "--limit", WORKER, "--json", tmp_path / "r2.json")
-    assert again.returncode == 0, _tail(again)
-    stats = json.loads((tmp_path / "r2.json").read_text())["stats"]
-    assert stats[WORKER]["changed"] == 0, stats
-    assert f"{WORKER} is already reset" in _messages(tmp_path / "r2.json")
