@@ -500,7 +500,8 @@ def test_sigterm_mid_role_exits_3_and_reruns_converge(lab_dir: Path, tmp_path: P
 def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_path: Path) -> None:
     """`lab up` with one more (CPU) node keeps the running nodes and names the node add to run; `node
     add` runs the preflight, host and verify phases on that node alone (its report's hosts). `node
-    remove` is the cluster phase, which the lab leaves out: refused before any host (exit 2).
+    remove` is the cluster phase, which the lab leaves out: refused before any host (exit 2), and in
+    check mode it says what a run would do.
 
     The lab has four nodes from here on (file order)."""
     new = f"{PREFIX}-cpu1"
@@ -523,6 +524,15 @@ def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_pa
     assert remove.returncode == 2, _tail(remove)
     assert "removing a node is the cluster phase" in remove.stderr, remove.stderr
     assert sorted((lab_dir / ".gpubring" / "runs").iterdir()) == runs_before
+    # In check mode (the lab's check-only cluster phase) node_remove.yml runs, finds no cluster and
+    # says what a run would do to the node; nothing changes.
+    dry = gpubring("node", "remove", lab_dir, new, "--check", "--json", tmp_path / "remove.json")
+    assert dry.returncode == 0, _tail(dry)
+    stats = host_stats(json.loads((tmp_path / "remove.json").read_text()))
+    assert set(stats) == {new} and stats[new]["changed"] == 0, stats
+    assert f"a run would drain {new}, kubeadm reset it, and delete its Node object" in " ".join(
+        _messages(tmp_path / "remove.json").split()
+    )
 
 
 def test_node_replace_of_a_gpu_node_by_a_fresh_container(lab_dir: Path, tmp_path: Path) -> None:

@@ -250,6 +250,33 @@ def test_remove_force_runs_node_remove_and_stops_without_a_cluster(
 
 
 @pytest.mark.skipif(ADMIN_CONF.exists(), reason=f"{ADMIN_CONF} exists: this machine runs a cluster")
+@pytest.mark.parametrize("force", [False, True])
+def test_remove_in_check_mode_without_a_cluster_says_what_a_run_would_do(
+    local_inventory: Path, tmp_path: Path, force: bool
+) -> None:
+    """A dry run before there is a cluster (the lab's check-only cluster phase): exit 0, nothing
+    changed, and the run says what it would do to the node instead of failing."""
+    copy = tmp_path / "report.json"
+    extra = ["--force"] if force else []
+    code, output = node("remove", local_inventory, "node2", "--check", *extra, "--json", copy)
+    assert code == ExitCode.OK, output
+    data = json.loads(copy.read_text(encoding="utf-8"))
+    assert data["failures"] == [] and data["stats"]["node2"]["changed"] == 0, data
+    how = (
+        "cordon node2, skip its reset (--force), and delete its Node object."
+        if force
+        else "drain node2, kubeadm reset it, and delete its Node object."
+    )
+    messages = " ".join(
+        str((json.loads(e.read_text()).get("event_data", {}).get("res") or {}).get("msg", ""))
+        for e in Path(data["run_folder"]).glob("artifacts/*/job_events/*.json")
+    )
+    assert f"Check mode: no cluster on node1 (/etc/kubernetes/admin.conf is missing); a run would {how}" in (
+        " ".join(messages.split())
+    ), output
+
+
+@pytest.mark.skipif(ADMIN_CONF.exists(), reason=f"{ADMIN_CONF} exists: this machine runs a cluster")
 def test_replace_stops_before_the_add_when_the_removal_fails(local_inventory: Path) -> None:
     code, output = node("replace", local_inventory, "node2")
     assert code == ExitCode.TASK_FAILED, output
