@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import yaml
 
 from gpubring.paths import collections_path
 
@@ -96,3 +99,30 @@ def alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def closed_port() -> int:
+    """A local TCP port where nothing listens (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def unreachable_kubeconfig(folder: Path) -> Path:
+    """folder/admin.conf: a kubeconfig whose API server address has nothing listening, for roles run
+    for real on localhost: they find a cluster's kubeconfig, and every API call is refused."""
+    path = folder / "admin.conf"
+    server = f"https://127.0.0.1:{closed_port()}"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": {"token": "test"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return path

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 import yaml
 
 import upstream
-from helpers import BIN, DATA, REPO, ansible_playbook
+from helpers import BIN, DATA, REPO, ansible_playbook, unreachable_kubeconfig
 
 IPPOOL = {
     "apiVersion": "nv-ipam.nvidia.com/v1alpha1",
@@ -41,30 +40,6 @@ CLUSTER_POLICY = {
 }
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _kubeconfig(folder: Path) -> Path:
-    path = folder / "admin.conf"
-    server = f"https://127.0.0.1:{_closed_port()}"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
-                "users": [{"name": "u", "user": {"token": "test"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
-
-
 def _run_engine(
     tmp_path: Path, tasks_from: str, engine_vars: dict[str, Any]
 ) -> subprocess.CompletedProcess[str]:
@@ -76,7 +51,7 @@ def _run_engine(
             "gather_facts": False,
             "vars": {
                 "ansible_python_interpreter": sys.executable,
-                "helm_kubeconfig": str(_kubeconfig(tmp_path)),
+                "helm_kubeconfig": str(unreachable_kubeconfig(tmp_path)),
                 "helm_no_log": False,
                 "helm_wait_timeouts": {"accept": 3, "default": 3},
                 "helm_wait_delay": 1,
