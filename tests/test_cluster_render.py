@@ -337,6 +337,19 @@ def test_kubelet_configuration_field_check_catches_a_typo(inventories: dict[str,
     assert "maxPod" in kubelet and "maxPod" not in KUBELET_FIELDS
 
 
+def test_a_sites_kubelet_field_is_merged_over_the_base(inventories: dict[str, Inventory]) -> None:
+    """Setting one field (maxPods) keeps the rest of gpubring's base: the graceful node shutdown stays."""
+    inv = _with_host_vars(
+        inventories["prod"], "cp-1", {"kubeadm_control_plane_kubelet_config": {"maxPods": 250}}
+    )
+    kubelet = kubeadm_config(inv)["KubeletConfiguration"]
+    assert kubelet["maxPods"] == 250
+    assert (kubelet["shutdownGracePeriod"], kubelet["shutdownGracePeriodCriticalPods"]) == ("60s", "20s")
+    assert kubelet["cgroupDriver"] == "systemd" and kubelet["rotateCertificates"] is True
+    base = kubeadm_config(inventories["prod"])["KubeletConfiguration"]
+    assert base["maxPods"] == 110 and base["shutdownGracePeriod"] == "60s"
+
+
 def test_several_control_planes_need_an_endpoint(inventories: dict[str, Inventory]) -> None:
     """The role's endpoint check, evaluated on the inventories: three control planes without an
     endpoint or a kube-vip address are refused; one without, or three with either, pass."""
