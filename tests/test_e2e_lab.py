@@ -60,10 +60,10 @@ def on(node: str, script: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-# What `up` writes on a GPU node (containerd, the NVIDIA runtime, kubelet topology, the driver's modules).
+# What `up` writes on a lab GPU node: containerd's configuration, kubelet topology's drop-in, the
+# driver's modules. (The lab leaves the container toolkit to the GPU Operator: no nvidia runtime drop-in.)
 HOST_SETUP = (
     "/etc/containerd/config.toml",
-    "/etc/containerd/conf.d/99-nvidia.toml",
     "/etc/kubernetes/kubelet.conf.d/50-gpubring-topology.conf",
     "/etc/modules-load.d/nvidia.conf",
 )
@@ -609,7 +609,7 @@ def test_reset_without_yes_plans_and_with_yes_removes_kubernetes_and_keeps_the_h
 ) -> None:
     """`reset --limit` of a converged GPU node: without --yes the plan, and no run; with --yes the
     node's Kubernetes state, its CNI files and the KUBE-/CNI- firewall chains go, the host setup `up`
-    converged (containerd, the NVIDIA runtime, kubelet topology, modules) and the host's own firewall
+    converged (containerd, kubelet topology, the driver's modules) and the host's own firewall
     rules stay; a second reset changes nothing. Runs last: the lab is torn down after it."""
     worker = f"{PREFIX}-gpu1"
     runs_before = sorted((lab_dir / ".gpubring" / "runs").iterdir())
