@@ -149,8 +149,9 @@ def _wait_gone(pids: list[int], seconds: float = 30) -> list[int]:
 def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_clears_them(
     local_inventory: Path, private_tmp: Path
 ) -> None:
+    playbook = PLAYBOOKS / "outlive.yml"
     proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_RUN, str(local_inventory), str(PLAYBOOKS / "wait.yml"), f"s={SECRET}"],
+        [sys.executable, "-c", KILLED_RUN, str(local_inventory), str(playbook), f"s={SECRET}"],
         env={**os.environ, "TMPDIR": str(private_tmp)},
     )
     orphans: list[runner.Orphan] = []
