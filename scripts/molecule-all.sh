@@ -106,6 +106,12 @@ for name in "${scenarios[@]}"; do
   fi
   echo "molecule-all: $name (log: ${log#"$ROOT"/})"
   start=$SECONDS
+  # The scenarios' sequences start at create (.config/molecule/config.yml): instances an interrupted
+  # run left (Molecule's state says created) are destroyed here first, as its leading destroy did.
+  if grep -qs '^created: true' "$HOME"/.ansible/tmp/molecule.*."$name"/state.yml; then
+    echo "molecule-all: $name: destroying the instances an earlier run left"
+    molecule destroy -s "$name" >"$log.destroy" 2>&1 || echo "molecule-all: $name: destroy failed (${log#"$ROOT"/}.destroy)"
+  fi
   if [[ $STREAM == 1 ]]; then
     molecule test -s "$name" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
