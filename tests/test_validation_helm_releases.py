@@ -158,6 +158,12 @@ def entry(**fields: str) -> str:
             id="defaults-unknown-key",
         ),
         pytest.param(
+            releases(entry(upgrade_crds="maybe")),
+            "helm_releases[1].upgrade_crds",
+            "expected a boolean (true or false), got 'maybe'",
+            id="upgrade-crds-wrong-type",
+        ),
+        pytest.param(
             "---\nhelm_release_defaults: {wait: maybe}\n",
             "helm_release_defaults.wait",
             "expected a boolean (true or false), got 'maybe'",
