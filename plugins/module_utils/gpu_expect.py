@@ -486,7 +486,7 @@ def parse_nvidia_smi_q_text(text: str) -> list[dict[str, Any]]:
         key, sep, value = raw.strip().partition(":")
         # "Bus Id : 00000000:19:00.0": the key ends at the first " : "
         if " : " in raw:
-            key, _, value = raw.strip().partition(" : ")
+            key, sep, value = raw.strip().partition(" : ")
             sep = ":"
         while len(stack) > 1 and stack[-1][0] >= indent:
             stack.pop()

@@ -103,7 +103,7 @@ def parse_cpulist(text: str | None) -> list[int]:
         if not part:
             continue
         if "-" in part:
-            first, _, last = part.partition("-")
+            first, last = part.split("-", 1)
             cpus.update(range(int(first), int(last) + 1))
         else:
             cpus.add(int(part))
@@ -407,7 +407,7 @@ def parse_lspci(text: str) -> list[dict[str, Any]]:
 
 
 def _parse_lspci_head(slot: str, rest: str) -> dict[str, Any]:
-    class_part, _, description = rest.partition(": ")
+    class_part, _colon, description = rest.partition(": ")
     class_id_match = re.search(r"\s*\[([0-9a-fA-F]{4})\]$", class_part)
     class_name = class_part[: class_id_match.start()] if class_id_match else class_part
     class_id = class_id_match.group(1).lower() if class_id_match else _CLASS_NAMES.get(class_name.strip())
