@@ -23,7 +23,7 @@ description:
     older need the proprietary ones. The architecture reported by nvidia-smi decides; without it the
     PCI device id (0x1e00 and above is Turing or newer), then the product name; else C(unknown)."
 version_added: "0.1.0"
-author: gpubring maintainers
+author: gpubring maintainers (!UNKNOWN)
 options:
   root:
     description:
@@ -43,6 +43,9 @@ options:
         bad state can make C(nvidia-smi) hang. A command that times out is reported in C(warnings).
     type: int
     default: 120
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
   check_mode:
     support: full
@@ -50,6 +53,8 @@ attributes:
     support: none
   facts:
     support: full
+  platform:
+    platforms: posix
 notes:
   - Sets the fact C(gpubring_gpu_facts).
   - The module only reads; it behaves the same in check mode.
