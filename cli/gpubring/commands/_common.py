@@ -1,4 +1,5 @@
-"""What the commands share: the bad-input exit (one `error:` line per Problem on stderr, exit code 2).
+"""What the commands share: the bad-input exit (one `error:` line per Problem on stderr, exit code 2)
+and the inventory's run lock of the verbs that change hosts (hold_run_lock).
 
 The modules below commands/ raise (InventoryError, YamlError, ...) and never print or exit; the
 commands turn the problems into this exit.
@@ -38,6 +39,36 @@ def json_target(value: str | Path | None) -> str | Path | None:
     if not path.parent.is_dir():
         raise typer.BadParameter(f"the folder {path.parent} does not exist")
     return value
+
+
+def hold_run_lock(ctx: typer.Context, inventory_root: Path) -> None:
+    """Take the inventory's run lock (gpubring.lock) for the rest of this command, or exit 2 naming
+    the run that holds it; never waits. Every verb that changes hosts calls it after validation,
+    before the first host is reached, with the `ctx: typer.Context` typer gives it; read-only verbs
+    and --check runs do not (they never wait).
+
+    Released when the command ends, however it ends: the lock is a resource of the command's
+    context (Context.with_resource), which typer closes on return, typer.Exit, an exception or
+    Ctrl-C; the kernel drops the flock if the process dies (SIGKILL). Ctrl-C and SIGTERM during the
+    run are the runner's cancel (exit 3), after which the command ends through the same close."""
+    import sys
+
+    from gpubring import lock
+
+    try:
+        held = ctx.with_resource(lock.held(inventory_root, lock.command_line(sys.argv)))
+    except lock.LockError as exc:
+        first, *rest = exc.lines()
+        typer.echo(f"error: {first}", err=True)
+        for line in rest:
+            typer.echo(line, err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    if held.taken_over is not None:
+        typer.echo(
+            "notice: took over the run lock of this inventory from a run that was killed: "
+            f"{held.taken_over.describe()}",
+            err=True,
+        )
 
 
 def load_or_exit(path: Path, *, check_rules: bool = True) -> Inventory:
