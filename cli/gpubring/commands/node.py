@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, run_options
 from gpubring.runopts import RunOptions
@@ -28,7 +29,15 @@ Force = Annotated[
 ]
 
 
-def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, force: bool = False) -> None:
+def _run(
+    ctx: typer.Context,
+    action: str,
+    inventory: Path,
+    nodes: list[str],
+    run: RunOptions,
+    *,
+    force: bool = False,
+) -> None:
     """Validate, then run the steps of `action` on `nodes`."""
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
     from gpubring import nodeops
@@ -44,6 +53,8 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    if not run.check:  # check mode changes nothing: it neither takes the run lock nor waits for it
+        hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
     code = nodeops.run_steps(
         inv, steps, run, title=f"gpubring node {action} {inventory} {' '.join(checked)}", phases=phases
@@ -53,30 +64,32 @@ def _run(action: str, inventory: Path, nodes: list[str], run: RunOptions, *, for
 
 @app.command("add")
 @run_options
-def add(inventory: InventoryArg, nodes: Nodes, *, run: RunOptions) -> None:
+def add(ctx: typer.Context, inventory: InventoryArg, nodes: Nodes, *, run: RunOptions) -> None:
     """Add hosts already in the inventory: preflight, host roles, join, labels, verify; nothing else.
 
     Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
     """
-    _run("add", inventory, nodes, run)
+    _run(ctx, "add", inventory, nodes, run)
 
 
 @app.command("replace")
 @run_options
-def replace(inventory: InventoryArg, node: NodeArg, *, run: RunOptions) -> None:
+def replace(ctx: typer.Context, inventory: InventoryArg, node: NodeArg, *, run: RunOptions) -> None:
     """Bring back a host after a fresh OS install: remove its stale Node object, then add it.
 
     Two runs (see `gpubring runs`); the add does not start when the removal failed.
     """
-    _run("replace", inventory, [node], run)
+    _run(ctx, "replace", inventory, [node], run)
 
 
 @app.command("remove")
 @run_options
-def remove(inventory: InventoryArg, node: NodeArg, *, force: Force = False, run: RunOptions) -> None:
+def remove(
+    ctx: typer.Context, inventory: InventoryArg, node: NodeArg, *, force: Force = False, run: RunOptions
+) -> None:
     """Remove a node from the cluster: drain, kubeadm reset, etcd member, Node object.
 
     With --force for an unreachable node: nothing runs on it (cordon, etcd member, Node object).
     Take the host out of hosts.yml afterwards.
     """
-    _run("remove", inventory, [node], run, force=force)
+    _run(ctx, "remove", inventory, [node], run, force=force)

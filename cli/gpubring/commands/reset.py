@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -66,7 +67,12 @@ def _print_plan(inventory: Path, plan: ResetPlan, limit: str | None) -> None:
 
 @targeted_run_options
 def command(
-    inventory: InventoryArg, *, yes: Yes = False, purge_host: PurgeHost = False, run: RunOptions
+    ctx: typer.Context,
+    inventory: InventoryArg,
+    *,
+    yes: Yes = False,
+    purge_host: PurgeHost = False,
+    run: RunOptions,
 ) -> None:
     """Reset Kubernetes on every host (the whole cluster) or on --limit's hosts: kubeadm reset, kubelet
     and etcd data, CNI configuration, kube-proxy's and the CNI's firewall chains.
@@ -92,6 +98,8 @@ def command(
     if not yes and not run.check:
         _print_plan(inventory, plan, run.limit)
         raise typer.Exit(code=ExitCode.OK)
+    if not run.check:  # the plan (no --yes) and check mode change nothing: no run lock, no wait
+        hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
     code = nodeops.run_steps(inv, [plan.step], run, title=f"gpubring reset {inventory}")
     raise typer.Exit(code=int(code))

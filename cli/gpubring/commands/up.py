@@ -7,6 +7,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
 from gpubring.options import FromPhase, InventoryArg, Only, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -22,6 +23,7 @@ def _bad_input(message: str) -> NoReturn:
 
 @targeted_run_options
 def command(
+    ctx: typer.Context,
     inventory: InventoryArg,
     *,
     only: Only = None,
@@ -63,6 +65,8 @@ def command(
         _bad_input(f"--limit {limit}: matches no host of this inventory")
     if playbooks_dir is not None and not playbooks_dir.is_dir():
         _bad_input(f"--playbooks-dir {playbooks_dir}: not a folder")
+    if not run.check:  # check mode changes nothing: it neither takes the run lock nor waits for it
+        hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
     phase_option = f"--only {only}" if only else f"--from {from_phase}" if from_phase else ""
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import typer
 
+from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, run_options
 from gpubring.runopts import RunOptions
 
 
 @run_options
-def command(inventory: InventoryArg, *, run: RunOptions) -> None:
+def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> None:
     """Upgrade to the versions the inventory pins: Kubernetes (one minor release at a time), the NVIDIA
     driver, container toolkit and containerd, each node drained once; then the platform releases.
 
@@ -56,6 +57,7 @@ def command(inventory: InventoryArg, *, run: RunOptions) -> None:
             err=True,
         )
         raise typer.Exit(code=ExitCode.BAD_INPUT)
+    hold_run_lock(ctx, inv.root)  # --check printed the plan above and reached no host: no lock there
     warn_orphans(inventory, inv.root)
     step = nodeops.Step(
         "upgrade",

@@ -10,6 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -73,6 +74,7 @@ def _skip_acceptance(run: RunOptions) -> RunOptions:
 
 @targeted_run_options
 def command(
+    ctx: typer.Context,
     inventory: InventoryArg,
     *,
     acceptance: Acceptance = False,
@@ -122,6 +124,8 @@ def command(
             report.mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             _bad_input(f"--report {report}: {exc.strerror or exc}")
+    if acceptance and not run.check:  # the acceptance checks load the GPUs: one such run at a time
+        hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
     if not acceptance:
         run = _skip_acceptance(run)
