@@ -46,7 +46,7 @@ from gpubring.events import (
 )
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
-from gpubring.runopts import RunOptions
+from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, REPO, alive
 from sshd import KeyPair, Sshd, require_sshd
 
@@ -264,7 +264,7 @@ def test_the_timeout_comes_from_the_run_then_e_then_the_inventory(make_inventory
         return runner.cancel_wait_timeout(settings, inventory.settings)
 
     assert timeout(RunOptions()) == 0
-    e = runner.parse_extra_vars(["gpubring_cancel_wait_timeout=45", '{"gpubring_cancel_wait_timeout": 60}'])
+    e = parse_extra_vars(["gpubring_cancel_wait_timeout=45", '{"gpubring_cancel_wait_timeout": 60}'])
     assert timeout(RunOptions(extra_vars=e)) == 60  # the last -e wins, as in Ansible
     assert timeout(RunOptions(extra_vars=e), cancel_wait_timeout=5) == 5
     settings = runner.RunSettings(inventory_root=root, hosts_file=root / "hosts.yml")
@@ -327,7 +327,7 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
         hosts_file=root / "hosts.yml",
         command="test",
         playbook=DATA / "playbooks" / "wait.yml",
-        options=RunOptions(accelerate=True, extra_vars=runner.parse_extra_vars([f"operator_token={SECRET}"])),
+        options=RunOptions(accelerate=True, extra_vars=parse_extra_vars([f"operator_token={SECRET}"])),
         cancel_wait_timeout=60,
     )
     result = runner.run(settings, on_event, flag)

@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO
 
 PACKAGE = REPO / "cli" / "gpubring"
-LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events", "gpubring.runopts")
+LEAVES = ("gpubring.yamlfile", "gpubring.paths", "gpubring.exitcodes", "gpubring.events")
 
 
 def module_name(path: Path) -> str:
@@ -90,6 +90,11 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 @pytest.mark.parametrize("leaf", LEAVES)
 def test_leaf_imports_nothing_from_gpubring(leaf: str) -> None:
     assert graph()[leaf] == frozenset(), graph()[leaf]
+
+
+def test_the_run_options_import_only_the_yaml_reader() -> None:
+    """runopts parses -e with yamlfile (inside its functions); nothing else of gpubring."""
+    assert graph()["gpubring.runopts"] == frozenset({"gpubring.yamlfile"})
 
 
 # Output and exits belong to the command layer (commands/, app.py) and the output layer (view.py).

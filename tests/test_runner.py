@@ -15,8 +15,8 @@ import pytest
 from gpubring import report, runner, runstore
 from gpubring.events import Event, TaskStart
 from gpubring.exitcodes import ExitCode
-from gpubring.phases import PHASES
-from gpubring.runopts import RunOptions
+from gpubring.phases import PHASES, PhaseError, select_phases
+from gpubring.runopts import ExtraVarsError, RunOptions, extra_var_names, parse_extra_vars
 from helpers import DATA
 
 PLAYBOOKS = DATA / "playbooks"
@@ -55,45 +55,45 @@ def files_under(folder: Path) -> list[Path]:
 
 
 def test_select_phases_orders_and_explains() -> None:
-    sel = runner.select_phases(PHASES, "host,preflight", None, PHASES)
+    sel = select_phases(PHASES, "host,preflight", None, PHASES)
     assert sel.run == ("preflight", "host")
     assert dict(sel.skipped) == {
         p: "not asked for (--only preflight,host)" for p in ("cluster", "platform", "verify")
     }
-    sel = runner.select_phases(PHASES, None, "cluster", PHASES)
+    sel = select_phases(PHASES, None, "cluster", PHASES)
     assert sel.run == ("cluster", "platform", "verify")
     assert [p for p, _ in sel.skipped] == ["preflight", "host"]
-    assert runner.select_phases(PHASES, None, None, PHASES).run == PHASES
+    assert select_phases(PHASES, None, None, PHASES).run == PHASES
 
 
 def test_select_phases_honours_the_inventory() -> None:
     lab = ("preflight", "host")
-    sel = runner.select_phases(PHASES, None, None, lab, "containers cannot run a kubelet")
+    sel = select_phases(PHASES, None, None, lab, "containers cannot run a kubelet")
     assert sel.run == lab
     assert dict(sel.skipped)["cluster"] == "the inventory leaves it out: containers cannot run a kubelet"
-    sel = runner.select_phases(PHASES, "preflight,cluster", None, lab, "")
+    sel = select_phases(PHASES, "preflight,cluster", None, lab, "")
     assert sel.run == ("preflight",)
     assert (
         dict(sel.skipped)["cluster"] == "the inventory leaves it out: not in this inventory's gpubring_phases"
     )
-    with pytest.raises(runner.PhaseError, match=r"no phase left to run.*cluster: the inventory leaves"):
-        runner.select_phases(PHASES, None, "cluster", lab, "containers cannot run a kubelet")
+    with pytest.raises(PhaseError, match=r"no phase left to run.*cluster: the inventory leaves"):
+        select_phases(PHASES, None, "cluster", lab, "containers cannot run a kubelet")
 
 
 def test_select_phases_runs_check_only_phases_in_check_mode() -> None:
     lab = ("preflight", "host", "verify")
     dry = ("cluster", "platform")
-    sel = runner.select_phases(PHASES, None, None, lab, "no kubelet in a container", check_only=dry)
+    sel = select_phases(PHASES, None, None, lab, "no kubelet in a container", check_only=dry)
     assert sel.run == lab
     assert dict(sel.skipped)["cluster"] == (
         "the inventory leaves it out: no kubelet in a container (it runs in check mode: gpubring up --check)"
     )
-    sel = runner.select_phases(PHASES, None, None, lab, "", check=True, check_only=dry)
+    sel = select_phases(PHASES, None, None, lab, "", check=True, check_only=dry)
     assert sel.run == PHASES
-    sel = runner.select_phases(PHASES, "cluster,platform", None, lab, "", check=True, check_only=dry)
+    sel = select_phases(PHASES, "cluster,platform", None, lab, "", check=True, check_only=dry)
     assert sel.run == dry
     # Check mode alone does not bring back a phase the inventory leaves out.
-    sel = runner.select_phases(PHASES, None, None, lab, "", check=True, check_only=("cluster",))
+    sel = select_phases(PHASES, None, None, lab, "", check=True, check_only=("cluster",))
     assert sel.run == ("preflight", "host", "cluster", "verify")
     assert [p for p, _ in sel.skipped] == ["platform"]
 
@@ -109,8 +109,8 @@ def test_select_phases_runs_check_only_phases_in_check_mode() -> None:
     ],
 )
 def test_select_phases_rejects_bad_names(only: str | None, from_phase: str | None, message: str) -> None:
-    with pytest.raises(runner.PhaseError, match=message):
-        runner.select_phases(PHASES, only, from_phase, PHASES)
+    with pytest.raises(PhaseError, match=message):
+        select_phases(PHASES, only, from_phase, PHASES)
 
 
 # --- extra vars -------------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def test_extra_vars_forms(tmp_path: Path) -> None:
     (tmp_path / "vars.json").write_text('{"c": true}')
     (tmp_path / "vault.yml").write_text("$ANSIBLE_VAULT;1.1;AES256\n3132\n")
     (tmp_path / "empty.yml").write_text("")
-    sources = runner.parse_extra_vars(
+    sources = parse_extra_vars(
         [
             "k=v",
             "x='two words' y=3",
@@ -142,7 +142,7 @@ def test_extra_vars_forms(tmp_path: Path) -> None:
         (tmp_path / "vault.yml").resolve(),
         {},
     )
-    assert runner.extra_var_names(sources) == ["k", "x", "y", "j", "a", "nested", "c", "@vault.yml (vault)"]
+    assert extra_var_names(sources) == ["k", "x", "y", "j", "a", "nested", "c", "@vault.yml (vault)"]
 
 
 @pytest.mark.parametrize(
@@ -160,8 +160,8 @@ def test_extra_vars_forms(tmp_path: Path) -> None:
 def test_extra_vars_errors(tmp_path: Path, arg: str, content: str | None, message: str) -> None:
     if content is not None:
         (tmp_path / arg[1:]).write_text(content)
-    with pytest.raises(runner.ExtraVarsError, match=message):
-        runner.parse_extra_vars([arg], base=tmp_path)
+    with pytest.raises(ExtraVarsError, match=message):
+        parse_extra_vars([arg], base=tmp_path)
 
 
 # --- accelerator, defaults, plays ---------------------------------------------------------------------
@@ -303,9 +303,7 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
         settings_for(
             local_inventory,
             "vars.yml",
-            RunOptions(
-                extra_vars=runner.parse_extra_vars(["gpubring_from_extra_vars=yes"]), accelerate=False
-            ),
+            RunOptions(extra_vars=parse_extra_vars(["gpubring_from_extra_vars=yes"]), accelerate=False),
             keep_runs=3,
         )
     )

@@ -25,7 +25,7 @@ from gpubring.app import app
 from gpubring.commands import runs as runs_command
 from gpubring.events import Event, Notice, TaskStart
 from gpubring.exitcodes import ExitCode
-from gpubring.runopts import RunOptions
+from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, alive
 
 PLAYBOOKS = DATA / "playbooks"
@@ -87,7 +87,7 @@ def test_extra_vars_are_in_the_private_run_folder_only_while_the_run_goes(
                 during.append((path, mode(path), mode(path.parent)))
 
     result = runner.run(
-        settings_for(local_inventory, "mixed.yml", extra_vars=runner.parse_extra_vars([f"s={SECRET}"])),
+        settings_for(local_inventory, "mixed.yml", extra_vars=parse_extra_vars([f"s={SECRET}"])),
         on_event=on_event,
     )
     assert result.exit_code == ExitCode.TASK_FAILED  # a run that fails cleans up too
@@ -109,7 +109,7 @@ def test_a_cancelled_run_removes_its_extra_vars(local_inventory: Path, private_t
             flag.set("test cancel")
 
     settings = settings_for(
-        local_inventory, "wait.yml", extra_vars=runner.parse_extra_vars([f"s={SECRET}"]), accelerate=False
+        local_inventory, "wait.yml", extra_vars=parse_extra_vars([f"s={SECRET}"]), accelerate=False
     )
     result = runner.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
@@ -127,12 +127,12 @@ KILLED_RUN = """
 import signal, sys, threading
 from pathlib import Path
 from gpubring import runner
-from gpubring.runopts import RunOptions
+from gpubring.runopts import RunOptions, parse_extra_vars
 root = Path(sys.argv[1])
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
 settings = runner.RunSettings(
     inventory_root=root, hosts_file=root / "hosts.yml", command="up", playbook=Path(sys.argv[2]),
-    options=RunOptions(extra_vars=runner.parse_extra_vars([sys.argv[3]]), accelerate=False))
+    options=RunOptions(extra_vars=parse_extra_vars([sys.argv[3]]), accelerate=False))
 worker = threading.Thread(target=runner.run, args=(settings,))
 worker.start()
 worker.join()

@@ -34,7 +34,7 @@ from gpubring import paths, report, runner, view
 from gpubring.exitcodes import ExitCode
 from gpubring.guards import quorum_problem
 from gpubring.model import Inventory
-from gpubring.phases import resolve_pattern
+from gpubring.phases import PhaseError, PhaseSelection, resolve_pattern, select_phases
 from gpubring.runopts import RunOptions
 from gpubring.yamlfile import did_you_mean
 
@@ -94,12 +94,12 @@ class Step:
 NODE_PHASES = ("preflight", "host", "cluster", "verify")
 
 
-def node_phases(inv: Inventory, check: bool, phases: Sequence[str] = NODE_PHASES) -> runner.PhaseSelection:
+def node_phases(inv: Inventory, check: bool, phases: Sequence[str] = NODE_PHASES) -> PhaseSelection:
     """The phases of `phases` a node operation (or an upgrade) runs, chosen as `gpubring up` chooses
     them: the inventory's gpubring_phases, and the ones in gpubring_phases_check_only only with
     --check. Raises NodeError when none is left."""
     try:
-        return runner.select_phases(
+        return select_phases(
             phases,
             None,
             None,
@@ -108,11 +108,11 @@ def node_phases(inv: Inventory, check: bool, phases: Sequence[str] = NODE_PHASES
             check=check,
             check_only=inv.phases_check_only,
         )
-    except runner.PhaseError as exc:
+    except PhaseError as exc:
         raise NodeError(str(exc)) from None
 
 
-def with_phases(steps: Sequence[Step], selection: runner.PhaseSelection) -> list[Step]:
+def with_phases(steps: Sequence[Step], selection: PhaseSelection) -> list[Step]:
     """The steps as the phases allow: each skips the phases left out by their tags (--skip-tags);
     a step of node_remove.yml, all cluster phase, is dropped when that phase is left out. Raises
     NodeError when no step is left (node remove on an inventory without the cluster phase)."""
@@ -219,7 +219,7 @@ def run_steps(
     *,
     title: str,
     console: Console | None = None,
-    phases: runner.PhaseSelection | None = None,
+    phases: PhaseSelection | None = None,
 ) -> ExitCode:
     """Run the steps in order, each with the live view and summary of `gpubring up`; stop at the
     first step that does not succeed. Returns the exit code of the last step run; the options'
@@ -258,7 +258,7 @@ def _record(
     inv: Inventory,
     step: Step,
     data: Mapping[str, Any],
-    phases: runner.PhaseSelection | None,
+    phases: PhaseSelection | None,
     console: Console,
 ) -> None:
     """Keep gpubring's record of what it installed (gpubring.upgrade) true after a step that

@@ -97,11 +97,12 @@ def _run_options(func: Callable[..., None], added: tuple[inspect.Parameter, ...]
 def build(*, extra_vars: Sequence[str] | None = None, verbose: int = 0, **given: Any) -> RunOptions:
     """The RunOptions of the options given on the command line, -e parsed. A bad -e is bad input:
     `error: ...` on stderr and exit 2, before anything runs."""
-    from gpubring import runner  # not at import: `gpubring --help` stays light
+    # Not at import: `gpubring --help` reads no YAML.
+    from gpubring.runopts import ExtraVarsError, parse_extra_vars
 
     try:
-        parsed = runner.parse_extra_vars(extra_vars or ())
-    except runner.ExtraVarsError as exc:
+        parsed = parse_extra_vars(extra_vars or ())
+    except ExtraVarsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     for warning in extra_vars_warnings(parsed):

@@ -58,6 +58,10 @@ class PlaybookError(Exception):
     """A phase playbook cannot be read (a broken installation, reported like bad input)."""
 
 
+class PhaseError(ValueError):
+    """Phases asked for that do not exist, or nothing left to run."""
+
+
 def short_role(entry: Any) -> str:
     """`gpubring.core.kernel`, `{role: gpubring.core.kernel}` or `{name: kernel}` -> `kernel`."""
     if isinstance(entry, Mapping):
@@ -201,3 +205,65 @@ def plan_phases(inv: Inventory, playbooks_dir: Path | None = None) -> list[Phase
         )
         plans.append(PhasePlan(phase=phase, playbook=playbook, enabled=phase in inv.phases, plays=plays))
     return plans
+
+
+@dataclass(frozen=True)
+class PhaseSelection:
+    run: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def _phase_list(value: str, allowed: Sequence[str], option: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        shown = ", ".join(unknown) if unknown else "(empty)"
+        raise PhaseError(f"{option}: unknown phase {shown}; the phases are {', '.join(allowed)}")
+    return names
+
+
+def select_phases(
+    all_phases: Sequence[str],
+    only: str | None,
+    from_phase: str | None,
+    inventory_phases: Sequence[str],
+    inventory_reason: str = "",
+    *,
+    check: bool = False,
+    check_only: Sequence[str] = (),
+) -> PhaseSelection:
+    """The phases to run, in their fixed order, and every other one with the reason it is skipped.
+
+    A phase the inventory leaves out but lists in gpubring_phases_check_only runs when `check` is set
+    (check mode changes nothing)."""
+    if only and from_phase:
+        raise PhaseError("--only and --from cannot be used together")
+    asked: list[str] = list(all_phases)
+    why_not = ""
+    if only:
+        asked = _phase_list(only, all_phases, "--only")
+        why_not = f"not asked for (--only {','.join(p for p in all_phases if p in asked)})"
+    elif from_phase:
+        start = _phase_list(from_phase, all_phases, "--from")
+        if len(start) != 1:
+            raise PhaseError(f"--from takes one phase; the phases are {', '.join(all_phases)}")
+        asked = list(all_phases[all_phases.index(start[0]) :])
+        why_not = f"not asked for (--from {start[0]})"
+    run: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for phase in all_phases:
+        if phase not in asked:
+            skipped.append((phase, why_not))
+        elif phase in check_only and check:
+            run.append(phase)
+        elif phase not in inventory_phases:
+            reason = inventory_reason.strip() or "not in this inventory's gpubring_phases"
+            if phase in check_only:
+                reason += " (it runs in check mode: gpubring up --check)"
+            skipped.append((phase, f"the inventory leaves it out: {reason}"))
+        else:
+            run.append(phase)
+    if not run:
+        detail = "; ".join(f"{p}: {r}" for p, r in skipped)
+        raise PhaseError(f"no phase left to run ({detail})")
+    return PhaseSelection(run=tuple(run), skipped=tuple(skipped))

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpubring import paths, report, runstore, yamlfile
+from gpubring import paths, report, runstore
 from gpubring.events import (
     Cancelled,
     CancelWait,
@@ -82,7 +82,7 @@ from gpubring.events import (
     parse_all,
 )
 from gpubring.exitcodes import ExitCode
-from gpubring.runopts import ExtraVarsSource, RunOptions
+from gpubring.runopts import ExtraVarsSource, RunOptions, extra_var_names
 
 if TYPE_CHECKING:
     from gpubring.model import Inventory
@@ -105,172 +105,6 @@ CANCEL_WAIT_SETTING = "gpubring_cancel_wait_timeout"
 CANCEL_WAIT_DEFAULT_S = 300
 WAIT_PLAYBOOK = "wait_idle.yml"
 WAIT_GRACE_S = 60
-
-
-class ExtraVarsError(ValueError):
-    """An -e argument that cannot be used; the message says which and why."""
-
-
-class PhaseError(ValueError):
-    """Phases asked for that do not exist, or nothing left to run."""
-
-
-# --- inputs ---------------------------------------------------------------------------------------
-
-
-def parse_extra_vars(args: Sequence[str], base: Path | None = None) -> tuple[ExtraVarsSource, ...]:
-    """The -e arguments, in order: KEY=VALUE (several per argument, shell-quoted), a JSON/YAML
-    mapping, or @file (YAML or JSON). A vault-encrypted @file is passed through as a path for
-    ansible to decrypt. Raises ExtraVarsError before anything runs."""
-    sources: list[ExtraVarsSource] = []
-    for arg in args:
-        text = arg.strip()
-        if text.startswith("@"):
-            sources.append(_extra_vars_file(Path(text[1:]).expanduser(), base))
-        elif text.startswith("{"):
-            try:
-                data = yamlfile.load(text, "-e")
-            except yamlfile.YamlError as exc:
-                where = exc.problem.key
-                raise ExtraVarsError(
-                    f"-e {_shorten(text)}: not a valid JSON/YAML mapping ({where}: {exc.problem.expected})"
-                ) from None
-            if not isinstance(data, dict):
-                raise ExtraVarsError(f"-e {_shorten(text)}: expected a mapping")
-            if _has_opaque(data):
-                raise ExtraVarsError(f"-e {_shorten(text)}: expected no !vault or !unsafe value; use @file")
-            sources.append(data)
-        else:
-            sources.append(_key_values(text))
-    return tuple(sources)
-
-
-def _shorten(text: str, limit: int = 40) -> str:
-    # An -e value may be a secret: error messages show only the start of what is not a KEY=VALUE.
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
-def _key_values(text: str) -> dict[str, str]:
-    try:
-        tokens = shlex.split(text)
-    except ValueError as exc:
-        raise ExtraVarsError(f"-e: cannot split {_shorten(text)!r}: {exc}") from None
-    if not tokens:
-        raise ExtraVarsError("-e: empty value; expected KEY=VALUE, a JSON mapping or @file")
-    values: dict[str, str] = {}
-    for token in tokens:
-        key, sep, value = token.partition("=")
-        if not sep or not key.isidentifier():
-            shown = key if sep else _shorten(token, 20)
-            raise ExtraVarsError(
-                f"-e: {shown!r} is not KEY=VALUE (KEY a variable name), a JSON mapping or @file"
-            )
-        values[key] = value
-    return values
-
-
-def _extra_vars_file(path: Path, base: Path | None) -> ExtraVarsSource:
-    if not path.is_absolute():
-        path = (base or Path.cwd()) / path
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ExtraVarsError(f"-e @{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExtraVarsError(f"-e @{path}: cannot read it ({exc})") from None
-    if text.lstrip().startswith("$ANSIBLE_VAULT;"):
-        return path.resolve()
-    try:
-        data = yamlfile.load(text, f"-e @{path}")
-    except yamlfile.YamlError as exc:
-        where = "" if exc.problem.key == "file" else f" at {exc.problem.key}"
-        why = "" if exc.problem.expected.startswith("expected valid YAML") else f": {exc.problem.expected}"
-        raise ExtraVarsError(f"-e @{path}: invalid YAML/JSON{where}{why}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ExtraVarsError(f"-e @{path}: expected a mapping of variables, found {type(data).__name__}")
-    if _has_opaque(data):
-        return path.resolve()  # a !vault or !unsafe value: ansible reads the file itself
-    return data
-
-
-def _has_opaque(data: Any) -> bool:
-    if isinstance(data, yamlfile.Opaque):
-        return True
-    if isinstance(data, dict):
-        return any(_has_opaque(v) for v in data.values())
-    return isinstance(data, list) and any(_has_opaque(v) for v in data)
-
-
-def extra_var_names(sources: Sequence[ExtraVarsSource]) -> list[str]:
-    names: list[str] = []
-    for source in sources:
-        keys = [f"@{source.name} (vault)"] if isinstance(source, Path) else [str(k) for k in source]
-        names.extend(k for k in keys if k not in names)
-    return names
-
-
-@dataclass(frozen=True)
-class PhaseSelection:
-    run: tuple[str, ...]
-    skipped: tuple[tuple[str, str], ...]
-
-
-def _phase_list(value: str, allowed: Sequence[str], option: str) -> list[str]:
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    unknown = [n for n in names if n not in allowed]
-    if unknown or not names:
-        shown = ", ".join(unknown) if unknown else "(empty)"
-        raise PhaseError(f"{option}: unknown phase {shown}; the phases are {', '.join(allowed)}")
-    return names
-
-
-def select_phases(
-    all_phases: Sequence[str],
-    only: str | None,
-    from_phase: str | None,
-    inventory_phases: Sequence[str],
-    inventory_reason: str = "",
-    *,
-    check: bool = False,
-    check_only: Sequence[str] = (),
-) -> PhaseSelection:
-    """The phases to run, in their fixed order, and every other one with the reason it is skipped.
-
-    A phase the inventory leaves out but lists in gpubring_phases_check_only runs when `check` is set
-    (check mode changes nothing)."""
-    if only and from_phase:
-        raise PhaseError("--only and --from cannot be used together")
-    asked: list[str] = list(all_phases)
-    why_not = ""
-    if only:
-        asked = _phase_list(only, all_phases, "--only")
-        why_not = f"not asked for (--only {','.join(p for p in all_phases if p in asked)})"
-    elif from_phase:
-        start = _phase_list(from_phase, all_phases, "--from")
-        if len(start) != 1:
-            raise PhaseError(f"--from takes one phase; the phases are {', '.join(all_phases)}")
-        asked = list(all_phases[all_phases.index(start[0]) :])
-        why_not = f"not asked for (--from {start[0]})"
-    run: list[str] = []
-    skipped: list[tuple[str, str]] = []
-    for phase in all_phases:
-        if phase not in asked:
-            skipped.append((phase, why_not))
-        elif phase in check_only and check:
-            run.append(phase)
-        elif phase not in inventory_phases:
-            reason = inventory_reason.strip() or "not in this inventory's gpubring_phases"
-            if phase in check_only:
-                reason += " (it runs in check mode: gpubring up --check)"
-            skipped.append((phase, f"the inventory leaves it out: {reason}"))
-        else:
-            run.append(phase)
-    if not run:
-        detail = "; ".join(f"{p}: {r}" for p, r in skipped)
-        raise PhaseError(f"no phase left to run ({detail})")
-    return PhaseSelection(run=tuple(run), skipped=tuple(skipped))
 
 
 # --- the accelerator ------------------------------------------------------------------------------

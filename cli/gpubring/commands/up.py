@@ -45,11 +45,11 @@ def command(
     from gpubring import report, runner, runstore, view
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
-    from gpubring.phases import PHASES, resolve_pattern
+    from gpubring.phases import PHASES, PhaseError, resolve_pattern, select_phases
 
     inv = load_or_exit(inventory)
     try:
-        selection = runner.select_phases(
+        selection = select_phases(
             PHASES,
             only,
             from_phase,
@@ -58,7 +58,7 @@ def command(
             check=run.check,
             check_only=inv.phases_check_only,
         )
-    except runner.PhaseError as exc:
+    except PhaseError as exc:
         _bad_input(str(exc))
     limit = run.limit
     if limit and not limit.startswith("@") and not resolve_pattern(limit, inv.groups, list(inv.hosts)):
