@@ -20,7 +20,8 @@ within a per-host time budget, reached the way Ansible's ssh connection (OpenSSH
 3. public-key authentication with the first IdentityFile if any, else the ssh-agent's keys and
    the default ~/.ssh/id_{ed25519,ecdsa,rsa};
 4. one remote shell script: uid, `uname -r`, passwordless sudo (`sudo -n true`, or root) and
-   /etc/os-release.
+   /etc/os-release, whose ID and VERSION_ID must be a release of meta/os_support.yml (the one list of
+   supported operating systems, which the preflight role reads too).
 
 Not followed: known_hosts host patterns (globs, negations: paramiko matches names exactly), ssh config
 `Include` (paramiko has none) and `ansible_ssh_args` (by default only connection-sharing options).
@@ -109,6 +110,7 @@ class ProblemKind(StrEnum):
     AUTH = "auth"
     SUDO = "sudo"
     PROBE = "probe"
+    OS = "os"
 
 
 PROBLEM_LABELS: dict[ProblemKind, str] = {
@@ -121,6 +123,7 @@ PROBLEM_LABELS: dict[ProblemKind, str] = {
     ProblemKind.AUTH: "authentication failed",
     ProblemKind.SUDO: "no passwordless sudo",
     ProblemKind.PROBE: "probe failed",
+    ProblemKind.OS: "unsupported OS",
 }
 
 
@@ -139,6 +142,61 @@ class OsRelease:
     id: str | None
     version_id: str | None
     pretty_name: str | None
+
+
+@dataclass(frozen=True)
+class SupportedOs:
+    """One entry of meta/os_support.yml: an OS family, a distribution and its accepted versions."""
+
+    family: str
+    distribution: str
+    os_release_id: str
+    versions: tuple[str, ...]
+
+
+OS_SUPPORT_FILE = "meta/os_support.yml"
+
+
+def supported_os(root: Path | None = None) -> list[SupportedOs]:
+    """The operating systems gpubring supports, from meta/os_support.yml (raises YamlError)."""
+    from gpubring import paths, yamlfile
+
+    path = (root or paths.project_root()) / OS_SUPPORT_FILE
+    data = yamlfile.read(path, OS_SUPPORT_FILE)
+    entries = data.get("supported_os") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise yamlfile.YamlError(
+            yamlfile.Problem(
+                OS_SUPPORT_FILE, "supported_os", "a list of {family, distribution, os_release_id, versions}"
+            )
+        )
+    return [
+        SupportedOs(
+            str(e.get("family")),
+            str(e.get("distribution")),
+            str(e.get("os_release_id")),
+            tuple(str(v) for v in e.get("versions") or ()),
+        )
+        for e in entries
+    ]
+
+
+def os_problem(release: OsRelease, supported: Sequence[SupportedOs]) -> str | None:
+    """Why gpubring does not support this /etc/os-release, or None when it does. VERSION_ID matches a
+    listed version, or its major part does (Debian "12" for a VERSION_ID "12.5")."""
+    version = release.version_id or ""
+    for entry in supported:
+        if release.id == entry.os_release_id and (
+            version in entry.versions or version.split(".")[0] in entry.versions
+        ):
+            return None
+    named = release.pretty_name or " ".join(filter(None, (release.id, release.version_id))) or "an unknown OS"
+    listed = ", ".join(f"{e.distribution} {'/'.join(e.versions)}" for e in supported)
+    families = ", ".join(dict.fromkeys(e.family for e in supported))
+    return (
+        f"{named} (ID={release.id or '?'}, VERSION_ID={release.version_id or '?'}) is not an operating "
+        f"system gpubring supports: {listed} (the {families} family; {OS_SUPPORT_FILE})"
+    )
 
 
 @dataclass(frozen=True)
@@ -687,8 +745,11 @@ def _log_in(
     return transport
 
 
-def probe_host(target: Target, settings: ProbeSettings, known: KnownHosts) -> ProbeResult:
-    """Probe one host; never raises for a problem of the host, which lands in `problem` instead."""
+def probe_host(
+    target: Target, settings: ProbeSettings, known: KnownHosts, supported: Sequence[SupportedOs] | None = None
+) -> ProbeResult:
+    """Probe one host; never raises for a problem of the host, which lands in `problem` instead.
+    `supported`: the operating systems accepted (None: meta/os_support.yml)."""
     started = time.monotonic()
     deadline = _Deadline(settings.timeout)
     state: dict[str, Any] = {"reachable": False, "host_key": None, "fp": None, "auth": None}
@@ -708,6 +769,9 @@ def probe_host(target: Target, settings: ProbeSettings, known: KnownHosts) -> Pr
                 f"({facts.sudo_error or 'sudo -n true failed'}): add "
                 f"'{target.user} ALL=(ALL:ALL) NOPASSWD: ALL' to /etc/sudoers.d/, or connect as root",
             )
+        unsupported = os_problem(facts.os, supported_os() if supported is None else supported)
+        if unsupported:
+            raise _Stop(ProblemKind.OS, f"{target.name} runs {unsupported}")
     except _Stop as stop:
         problem = stop.problem
         if state["fp"] is None:
@@ -748,8 +812,10 @@ def probe_hosts(
     targets: Sequence[Target],
     settings: ProbeSettings,
     on_result: Callable[[ProbeResult], None] | None = None,
+    supported: Sequence[SupportedOs] | None = None,
 ) -> list[ProbeResult]:
-    """Probe every target with at most `settings.parallel` at once; results in the targets' order."""
+    """Probe every target with at most `settings.parallel` at once; results in the targets' order.
+    `supported`: the operating systems accepted (None: meta/os_support.yml)."""
     # paramiko logs handshake failures with tracebacks from its threads; the results say it better.
     # A NullHandler keeps Python's last-resort handler from printing them when nothing set up logging.
     logger = logging.getLogger("paramiko")
@@ -758,9 +824,10 @@ def probe_hosts(
     known = KnownHosts()
     if not targets:
         return []
+    accepted = supported_os() if supported is None else supported
 
     def one(target: Target) -> ProbeResult:
-        result = probe_host(target, settings, known)
+        result = probe_host(target, settings, known, accepted)
         if on_result is not None:
             on_result(result)
         return result

@@ -1,4 +1,7 @@
-"""`gpubring check INVENTORY`: validate, then probe every host over SSH (reach, login, sudo, OS, kernel)."""
+"""`gpubring check INVENTORY`: validate, then probe every host over SSH (reach, login, sudo, OS, kernel).
+
+A host whose /etc/os-release meta/os_support.yml does not list fails (problem `os`, "unsupported OS").
+"""
 
 from __future__ import annotations
 
@@ -44,11 +47,12 @@ def command(
     timeout: Timeout = 10.0,
     parallel: Parallel = 16,
 ) -> None:
-    """Check every host is reachable over SSH, accepts the key, has passwordless sudo; show OS and kernel."""
+    """Check every host is reachable over SSH, accepts the key, has passwordless sudo, runs a supported OS."""
     from rich.console import Console
 
     from gpubring import probe
     from gpubring.commands._common import load_or_exit
+    from gpubring.yamlfile import YamlError
 
     inv = load_or_exit(inventory)
     hosts = probe.select_hosts(inv, limit)
@@ -65,8 +69,13 @@ def command(
     except probe.SshConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    try:
+        supported = probe.supported_os()
+    except YamlError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     with console.status(f"probing {len(targets)} host(s), {min(parallel, len(targets))} at a time"):
-        results = probe.probe_hosts(targets, settings)
+        results = probe.probe_hosts(targets, settings, supported=supported)
     tools, collections = probe.tool_versions(), probe.collection_versions()
     render(console, results, tools, collections)
     if json_out:
@@ -102,13 +111,14 @@ def render(
     for r in results:
         sudo = {"root": "[green]root[/]", "passwordless": "[green]yes[/]", "no": "[red]no[/]"}
         os_name = (r.os.pretty_name or f"{r.os.id} {r.os.version_id}") if r.os else "-"
+        unsupported = r.problem is not None and r.problem.kind == "os"
         table.add_row(
             escape(r.name),
             f"{r.address}:{r.port}",
             _mark(r.reachable),
             _mark(r.authenticated),
             sudo.get(r.sudo or "", "[dim]-[/]"),
-            escape(os_name),
+            f"[red]{escape(os_name)}[/]" if unsupported else escape(os_name),
             escape(r.kernel or "-"),
             f"[red]{escape(r.problem.label)}[/]" if r.problem else "[green]ok[/]",
         )
