@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 import upstream
 from gpubring.app import app
+from gpubring.catalog import declared_releases
 from gpubring.inventory import load_inventory
 from gpubring.releases import Release, host_variables, plan_releases, role_releases
 from helpers import REPO, ansible_playbook
@@ -49,9 +50,16 @@ def crd_hooks(chart: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def releases() -> list[Release]:
-    """Every release gpubring installs: the platform phase of all-on, and the CNI's of the sample."""
+    """Every release gpubring installs: the platform phase of all-on, and the CNI's of the sample with
+    each chart CNI chosen in turn (gpubring_cni enables one of them)."""
     inv = load_inventory(PROD)
-    cni = role_releases("cni", host_variables(inv, roles=("cni",)))
+    cni = [
+        release
+        for choice in ("calico", "cilium")
+        for release in role_releases(
+            "cni", host_variables(inv, roles=("cni",), host_vars={"gpubring_cni": choice})
+        )
+    ]
     return [*plan_releases(load_inventory(ALL_ON)), *cni]
 
 
@@ -61,10 +69,7 @@ def _chart(release: Release) -> Path:
 
 def test_every_chart_release_is_examined(releases: list[Release]) -> None:
     names = {r.name for r in releases if r.chart}
-    assert {
-        "gpu-operator", "network-operator", "volcano", "kai-scheduler", "kueue", "nvidia-dra-driver-gpu",
-        "kube-prometheus-stack", "prometheus-adapter", "calico",
-    } <= names  # fmt: skip
+    assert {r.name for r in declared_releases() if r.chart} <= names
 
 
 def test_upgrade_crds_is_set_exactly_where_helm_would_leave_crds_behind(releases: list[Release]) -> None:

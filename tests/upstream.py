@@ -32,7 +32,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from gpubring import upgrade, versions
+from gpubring import catalog, versions
 
 ENV = "GPUBRING_UPSTREAM_DIR"
 
@@ -44,26 +44,29 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_scalar)  # type: ignore[arg-type]
 
-# The chart folders under $GPUBRING_UPSTREAM_DIR/charts of each pin: (pin path, folder pattern).
-PINNED_FOLDERS: tuple[tuple[str, str], ...] = (
-    ("gpu_operator.chart", "gpu-operator-{}"),
-    ("network_operator.chart", "network-operator-{}"),
+# Every release with a chart, as the roles declare it (gpubring.catalog), by release name: its chart
+# folder under $GPUBRING_UPSTREAM_DIR/charts is <chart>-<version as the release renders it at the pin>.
+CHART_RELEASES: dict[str, catalog.DeclaredRelease] = {
+    r.name: r for r in catalog.declared_releases() if r.chart
+}
+
+# Pinned folders that are not a Helm release of gpubring: (pin path, folder pattern).
+NOT_RELEASES: tuple[tuple[str, str], ...] = (
     # The nv-ipam CRDs the Network Operator creates itself when it reconciles a NicClusterPolicy.
     ("network_operator.chart", "network-operator-{}-nv-ipam-crds"),
-    ("volcano.chart", "volcano-{}"),
-    ("kai_scheduler.chart", "kai-scheduler-{}"),
-    ("kueue.chart", "kueue-{}"),
-    ("dra_driver.chart", "nvidia-dra-driver-gpu-{}"),
-    ("monitoring.chart", "kube-prometheus-stack-{}"),
-    ("monitoring.prometheus_adapter_chart", "prometheus-adapter-{}"),
-    ("cni.calico", "tigera-operator-v{}"),
-    ("cni.cilium", "cilium-{}"),
+    # Flannel is applied from its manifest (roles/cni/tasks/flannel.yml), not as a Helm release.
     ("cni.flannel", "flannel-v{}"),
 )
 
-# Release name -> the pin of its chart version (the chart is named as the release): the releases
-# `gpubring upgrade` plans.
-RELEASE_PINS: dict[str, str] = upgrade.RELEASES
+# The chart folders under $GPUBRING_UPSTREAM_DIR/charts of each pin: (pin path, folder pattern), the
+# releases' in the order the phases apply them, then the others.
+PINNED_FOLDERS: tuple[tuple[str, str], ...] = (
+    *((r.pin, f"{r.chart_name}-{r.version.replace(r.pinned, '{}', 1)}") for r in CHART_RELEASES.values()),
+    *NOT_RELEASES,
+)
+
+# Release name -> the pin of its chart version.
+RELEASE_PINS: dict[str, str] = {name: r.pin for name, r in CHART_RELEASES.items()}
 
 # Free-form maps: below these keys a chart passes anything through to Kubernetes objects (or to a
 # config file it does not interpret), so their contents are not chart keys to check.
@@ -156,8 +159,8 @@ def _chart_values(folder: Path) -> dict[str, Any]:
 def chart_values(release: str, version: str | None = None) -> dict[str, Any]:
     """The values of a release's chart at the pinned version (or `version`): its values.yaml with
     its subcharts' values under their names, as Helm coalesces them."""
-    version = version or str(versions.get_path(versions.load_pinned(), RELEASE_PINS[release]))
-    return _chart_values(chart_dir(release, version, to_render=False))
+    declared = CHART_RELEASES[release]
+    return _chart_values(chart_dir(declared.chart_name, version or declared.version, to_render=False))
 
 
 @cache

@@ -15,7 +15,8 @@ first control plane (kubeadm upgrade plan, then apply), the other control planes
 everything it gets (Kubernetes packages, containerd, driver, toolkit); then the platform releases
 whose chart pin changed.
 
-This module is pure: no ansible, no I/O except the record's file.
+This module is pure: no ansible, no I/O except the record's file and the roles' declarations of their
+releases (gpubring.catalog: which releases the platform phase applies, and their chart pins).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpubring import runstore
+from gpubring import catalog, runstore
 from gpubring.model import Inventory
 from gpubring.phases import PHASES
 from gpubring.runstore import RUNS_SUBDIR
@@ -35,7 +36,6 @@ from gpubring.versions import get_path, parse_version
 
 __all__ = [
     "COMPONENTS",
-    "RELEASES",
     "Change",
     "Installed",
     "NodePlan",
@@ -47,6 +47,7 @@ __all__ = [
     "plan_lines",
     "plan_upgrade",
     "record_run",
+    "release_pins",
 ]
 
 INSTALLED_NAME = "installed.json"
@@ -84,18 +85,14 @@ COMPONENTS: dict[str, Component] = {
     ),
 }
 
-#: Platform releases: name -> the chart pin (versions.yml). The CNI chart is not here: switching or
-#: upgrading the pod network of a running cluster is not done by gpubring (docs/cluster.md).
-RELEASES: dict[str, str] = {
-    "gpu-operator": "gpu_operator.chart",
-    "network-operator": "network_operator.chart",
-    "volcano": "volcano.chart",
-    "kai-scheduler": "kai_scheduler.chart",
-    "kueue": "kueue.chart",
-    "nvidia-dra-driver-gpu": "dra_driver.chart",
-    "kube-prometheus-stack": "monitoring.chart",
-    "prometheus-adapter": "monitoring.prometheus_adapter_chart",
-}
+
+def release_pins(root: Path | None = None) -> dict[str, str]:
+    """The platform releases an upgrade knows: release name -> its chart pin (versions.yml), in the
+    order the platform phase applies them, as the roles declare them (gpubring.catalog). The CNI's
+    releases are not here (the cluster phase runs the cni role): switching or upgrading the pod
+    network of a running cluster is not done by gpubring (docs/cluster.md)."""
+    return {r.name: r.pin for r in catalog.declared_releases(root) if r.phase == "platform" and r.pin}
+
 
 CLUSTER_GROUPS = ("control_plane", "gpu_nodes", "cpu_nodes")
 
@@ -213,7 +210,7 @@ def record_run(inv: Inventory, report: Mapping[str, Any], phases: Iterable[str])
                 runs[host] = run_name
                 changed = True
     if "platform" in done:
-        for name, pin in RELEASES.items():
+        for name, pin in release_pins().items():
             version = _pin(inv, pin)
             if version:
                 releases[name] = version
@@ -380,9 +377,13 @@ def plan_upgrade(inv: Inventory, record: Installed | None = None) -> UpgradePlan
     nodes = {h: _node(inv, record, h) for h in control_planes + workers}
     serial = str(inv.settings.get("gpubring_serial", "25%"))
     first = nodes[control_planes[0]] if control_planes else None
+    try:
+        pins = release_pins()
+    except catalog.CatalogError as exc:  # a role's release cannot be read: a project bug
+        raise UpgradeError(f"the platform releases cannot be listed: {exc}") from None
     releases = tuple(
         Change(name, record.releases.get(name), version)
-        for name, pin in RELEASES.items()
+        for name, pin in pins.items()
         if (version := _pin(inv, pin)) and record.releases.get(name) != version
     )
     return UpgradePlan(
