@@ -34,6 +34,7 @@ __all__ = ["CatalogError", "DeclaredRelease", "chart_pins", "declared_releases"]
 _FIELDS = ("name", "chart", "version", "namespace", "repo")
 _LINE = re.compile(r"^(?P<key>[a-z_]+):[ \t]*(?P<value>.*?)[ \t]*$", re.MULTILINE)
 _MATRIX = ("gpubring_matrix", "gpubring_pins")  # the vars plugin's names for versions.yml's pins
+_MISSING = "!"  # marks a pin read that versions.yml does not have
 
 
 class CatalogError(ValueError):
@@ -86,8 +87,11 @@ class _Pins:
         self._prefix = prefix
 
     def __getitem__(self, key: str) -> Any:
-        value = self._tree[key]  # KeyError: Jinja's undefined, which fails the field
         path = f"{self._prefix}{key}"
+        if key not in self._tree:
+            self._seen.append(f"{_MISSING}{path}")
+            raise KeyError(key)  # Jinja's undefined, which fails the field
+        value = self._tree[key]
         if isinstance(value, Mapping):
             return _Pins(value, self._seen, path + ".")
         self._seen.append(path)
@@ -172,6 +176,10 @@ def _release(role: str, folder: str, phase: str, evaluator: _Evaluator, root: Pa
         except yamlfile.YamlError as exc:
             raise CatalogError(where, f"{key}: {exc.problem.expected}") from None
         except Exception as exc:  # Jinja: an undefined variable, an unknown filter, a syntax error
+            if missing := [p[len(_MISSING) :] for p in seen if p.startswith(_MISSING)]:
+                raise CatalogError(
+                    where, f"{key}: reads gpubring_matrix.{missing[0]}, which versions.yml does not pin"
+                ) from None
             raise CatalogError(
                 where,
                 f"{key}: cannot be read from the role's defaults and versions.yml ({exc}); write it "
