@@ -32,7 +32,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpubring import report, runner, runstore, view
+from gpubring import report, runstore, view
 from gpubring.app import app
 from gpubring.events import (
     CancelWait,
@@ -46,6 +46,13 @@ from gpubring.events import (
 )
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.run import process
+from gpubring.run.accelerate import MITOGEN_SOCKET_PREFIX, MITOGEN_STRATEGY
+from gpubring.run.cancel import CancelFlag
+from gpubring.run.cancelwait import CANCEL_WAIT_DEFAULT_S, cancel_wait_timeout
+from gpubring.run.folder import EXTRA_VARS_PREFIX, LOCAL_TEMP
+from gpubring.run.leftovers import find_orphans
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, REPO, alive
 from sshd import KeyPair, Sshd, require_sshd
@@ -181,7 +188,7 @@ def test_the_wait_reads_what_package_wait_yml_published() -> None:
 
 
 def _report(state: RunState, tmp_path: Path) -> dict[str, Any]:
-    now = runner._now()
+    now = process.utc_now()
     meta = report.RunMeta(
         command="up",
         inventory=tmp_path,
@@ -228,7 +235,7 @@ def test_report_and_summary_say_which_hosts_may_still_be_busy(tmp_path: Path) ->
 def test_the_setting_is_declared_with_its_default() -> None:
     declared = yaml.safe_load((REPO / "settings.yml").read_text())["options"]["gpubring_cancel_wait_timeout"]
     assert declared["type"] == "int" and declared["min"] == 0
-    assert declared["default"] == runner.CANCEL_WAIT_DEFAULT_S == 300
+    assert declared["default"] == CANCEL_WAIT_DEFAULT_S == 300
 
 
 @pytest.mark.parametrize(
@@ -258,17 +265,15 @@ def test_the_timeout_comes_from_the_run_then_e_then_the_inventory(make_inventory
     assert inventory.settings["gpubring_cancel_wait_timeout"] == 0  # 0 is valid: do not wait
 
     def timeout(options: RunOptions, **given: Any) -> int:
-        settings = runner.RunSettings(
-            inventory_root=root, hosts_file=root / "hosts.yml", options=options, **given
-        )
-        return runner.cancel_wait_timeout(settings, inventory.settings)
+        settings = RunSettings(inventory_root=root, hosts_file=root / "hosts.yml", options=options, **given)
+        return cancel_wait_timeout(settings, inventory.settings)
 
     assert timeout(RunOptions()) == 0
     e = parse_extra_vars(["gpubring_cancel_wait_timeout=45", '{"gpubring_cancel_wait_timeout": 60}'])
     assert timeout(RunOptions(extra_vars=e)) == 60  # the last -e wins, as in Ansible
     assert timeout(RunOptions(extra_vars=e), cancel_wait_timeout=5) == 5
-    settings = runner.RunSettings(inventory_root=root, hosts_file=root / "hosts.yml")
-    assert runner.cancel_wait_timeout(settings, None) == runner.CANCEL_WAIT_DEFAULT_S
+    settings = RunSettings(inventory_root=root, hosts_file=root / "hosts.yml")
+    assert cancel_wait_timeout(settings, None) == CANCEL_WAIT_DEFAULT_S
 
 
 # --- a real cancel on localhost: the setting at 0 -----------------------------------------------------
@@ -278,7 +283,7 @@ def test_with_the_timeout_at_0_the_cancel_names_the_host_and_does_not_wait(tmp_p
     root = tmp_path / "inventory"
     root.mkdir()
     (root / "hosts.yml").write_text((DATA / "inventories" / "localhost" / "hosts.yml").read_text())
-    flag = runner.CancelFlag()
+    flag = CancelFlag()
     seen: list[Any] = []
 
     def on_event(event: Any) -> None:
@@ -286,7 +291,7 @@ def test_with_the_timeout_at_0_the_cancel_names_the_host_and_does_not_wait(tmp_p
         if isinstance(event, TaskStart) and event.task == "Wait for the cancel":
             flag.set("test cancel")
 
-    settings = runner.RunSettings(
+    settings = RunSettings(
         inventory_root=root,
         hosts_file=root / "hosts.yml",
         command="test",
@@ -294,7 +299,7 @@ def test_with_the_timeout_at_0_the_cancel_names_the_host_and_does_not_wait(tmp_p
         options=RunOptions(accelerate=False),
         cancel_wait_timeout=0,
     )
-    result = runner.run(settings, on_event, flag)
+    result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert CancelWait(hosts={"node1": "Wait for the cancel"}, timeout_s=0) in seen
     wait = result.report["cancel_wait"]
@@ -314,7 +319,7 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
     root = tmp_path / "inventory"
     root.mkdir()
     (root / "hosts.yml").write_text((DATA / "inventories" / "localhost" / "hosts.yml").read_text())
-    flag = runner.CancelFlag()
+    flag = CancelFlag()
     during: list[str] = []
 
     def on_event(event: Any) -> None:
@@ -322,7 +327,7 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
             during.extend(p.name for p in systmp.iterdir())
             flag.set("test cancel")
 
-    settings = runner.RunSettings(
+    settings = RunSettings(
         inventory_root=root,
         hosts_file=root / "hosts.yml",
         command="test",
@@ -330,15 +335,15 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
         options=RunOptions(accelerate=True, extra_vars=parse_extra_vars([f"operator_token={SECRET}"])),
         cancel_wait_timeout=60,
     )
-    result = runner.run(settings, on_event, flag)
+    result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
-    if result.report["options"]["strategy"] == runner.MITOGEN_STRATEGY:
-        assert [name for name in during if name.startswith(runner.MITOGEN_SOCKET_PREFIX)], during
+    if result.report["options"]["strategy"] == MITOGEN_STRATEGY:
+        assert [name for name in during if name.startswith(MITOGEN_SOCKET_PREFIX)], during
     assert result.report["cancel_wait"]["hosts"]["node1"]["task"] == "Wait for the cancel"
     assert list(result.run_folder.glob("artifacts/*-wait/command"))
     assert list(systmp.iterdir()) == []
-    assert list((result.run_folder / "vars").glob(f"{runner.EXTRA_VARS_PREFIX}*")) == []
-    assert not (result.run_folder / runner.LOCAL_TEMP).exists()
+    assert list((result.run_folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*")) == []
+    assert not (result.run_folder / LOCAL_TEMP).exists()
     assert _holding(result.run_folder, SECRET) == []
 
 
@@ -529,12 +534,12 @@ def _holding(top: Path, text: str) -> list[Path]:
 
 def _assert_nothing_left(site: Site, private_tmp: Path, gpubring: Gpubring) -> dict[str, Any]:
     [folder] = runstore.run_folders(runstore.runs_dir(site.root))
-    assert list((folder / "vars").glob(f"{runner.EXTRA_VARS_PREFIX}*")) == []
-    assert not (folder / runner.LOCAL_TEMP).exists()
+    assert list((folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*")) == []
+    assert not (folder / LOCAL_TEMP).exists()
     assert list(private_tmp.iterdir()) == []
     assert _holding(folder, SECRET) == []
     assert SECRET not in gpubring.output
-    assert runner.find_orphans(site.root) == []  # no ansible-playbook of either run goes on
+    assert find_orphans(site.root) == []  # no ansible-playbook of either run goes on
     # The second run went to the same host with the same -e: its command names them, not their values.
     command = json.loads((folder / "artifacts" / f"{folder.name}-wait" / "command").read_text())
     args = command["command"]

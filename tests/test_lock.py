@@ -3,7 +3,7 @@ at once naming the holder, read-only verbs and --check runs never wait, a killed
 over, two runs racing for it cannot both win, and the lock is released however a run ends.
 
 The holders are real processes taking the lock through gpubring.lock; no test reaches a host: the
-runner (runner.run, nodeops.run_steps) is replaced by a stand-in wherever a run would start, but the
+runner (process.run, nodeops.run_steps) is replaced by a stand-in wherever a run would start, but the
 SIGTERM test, which runs a real phase over the local connection as tests/test_up.py does."""
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import lock, nodeops, runner
+from gpubring import lock, nodeops
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
+from gpubring.run import process
 from helpers import DATA, REPO
 
 TEST_PHASES = DATA / "phases"
@@ -136,14 +137,14 @@ def no_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     reached: list[str] = []
 
     def fake_run(*_args: Any, **_kwargs: Any) -> Any:
-        reached.append("runner.run")
+        reached.append("process.run")
         raise Reached
 
     def fake_steps(*_args: Any, **_kwargs: Any) -> Any:
         reached.append("nodeops.run_steps")
         raise Reached
 
-    monkeypatch.setattr(runner, "run", fake_run)
+    monkeypatch.setattr(process, "run", fake_run)
     monkeypatch.setattr(nodeops, "run_steps", fake_steps)
     return reached
 
@@ -243,7 +244,7 @@ def test_every_verb_that_changes_hosts_holds_the_lock_during_its_run(
         seen.append(racer.stdout.strip())
         raise Reached
 
-    monkeypatch.setattr(runner, "run", fake)
+    monkeypatch.setattr(process, "run", fake)
     monkeypatch.setattr(nodeops, "run_steps", fake)
     result = invoke(*_args(CHANGING[verb], inventory))
     assert isinstance(result.exception, Reached), result.output
@@ -259,14 +260,14 @@ def test_every_verb_that_changes_hosts_holds_the_lock_during_its_run(
         pytest.param(["runs", "{inv}"], None, id="runs"),
         pytest.param(["upgrade", "{inv}", "--check"], None, id="upgrade --check"),
         pytest.param(["reset", "{inv}"], None, id="reset without --yes"),
-        pytest.param(["up", "{inv}", "--check"], "runner.run", id="up --check"),
+        pytest.param(["up", "{inv}", "--check"], "process.run", id="up --check"),
         pytest.param(
             ["node", "add", "{inv}", "gpu-4", "--check"], "nodeops.run_steps", id="node add --check"
         ),
         pytest.param(["reset", "{inv}", "--yes", "--check"], "nodeops.run_steps", id="reset --yes --check"),
-        pytest.param(["verify", "{inv}"], "runner.run", id="verify"),
+        pytest.param(["verify", "{inv}"], "process.run", id="verify"),
         pytest.param(
-            ["verify", "{inv}", "--acceptance", "--check"], "runner.run", id="verify --acceptance --check"
+            ["verify", "{inv}", "--acceptance", "--check"], "process.run", id="verify --acceptance --check"
         ),
     ],
 )
@@ -302,7 +303,7 @@ def test_a_killed_runs_lock_is_taken_over_with_a_notice(inventory: Path, no_run:
         "notice: took over the run lock of this inventory from a run that was killed: "
         f"`gpubring up {inventory}` (pid {proc.pid} on host {socket.gethostname()}, started {left.started})"
     ]
-    assert no_run == ["runner.run"]
+    assert no_run == ["process.run"]
     assert_free(inventory)
 
 
@@ -393,7 +394,7 @@ def test_two_runs_racing_for_the_lock_exactly_one_wins(tmp_path: Path) -> None:
 def test_the_lock_is_released_when_the_run_ends(inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that ends (a task failed here: exit 1) leaves the lock free and its record emptied."""
     outcome = SimpleNamespace(exit_code=ExitCode.TASK_FAILED, report={"status": "failed", "stats": {}})
-    monkeypatch.setattr(runner, "run", lambda *_a, **_k: outcome)
+    monkeypatch.setattr(process, "run", lambda *_a, **_k: outcome)
     result = invoke("up", inventory)
     assert result.exit_code == ExitCode.TASK_FAILED, result.output
     assert_free(inventory)
@@ -411,7 +412,7 @@ def test_the_lock_is_released_after_an_exception(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(runner, "run", broken)
+    monkeypatch.setattr(process, "run", broken)
     result = invoke("up", inventory)
     assert result.exit_code != ExitCode.OK
     assert_free(inventory)
@@ -469,9 +470,9 @@ def _calls(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(COMMANDS.glob("*.py")), ids=lambda p: p.name)
 def test_every_verb_that_runs_a_playbook_takes_the_lock(path: Path) -> None:
-    """For verbs added later: a command that starts ansible-runner (runner.run, nodeops.run_steps)
+    """For verbs added later: a command that starts ansible-runner (process.run, nodeops.run_steps)
     calls hold_run_lock (for its runs that change hosts), or is read-only and says so here."""
     read_only: set[str] = set()  # verbs that run playbooks but never change a host: none yet
     calls = _calls(path)
-    if calls & {"runner.run", "nodeops.run_steps"} and path.stem not in read_only:
+    if calls & {"process.run", "nodeops.run_steps"} and path.stem not in read_only:
         assert "hold_run_lock" in calls, f"{path.name} runs a playbook without the run lock"

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import nodeops, paths, runner
+from gpubring import nodeops, paths
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.run import process
+from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions
 
 ADMIN_CONF = Path("/etc/kubernetes/admin.conf")
@@ -182,10 +184,10 @@ def test_a_steps_settings_are_the_operators_options_with_its_limit_and_variables
 # -- real runs of the playbooks' guards ------------------------------------------------------------
 
 
-def _run_playbook(inventory: Path, playbook: str, limit: str | None) -> runner.RunResult:
+def _run_playbook(inventory: Path, playbook: str, limit: str | None) -> RunResult:
     inv = load_inventory(inventory)
-    return runner.run(
-        runner.RunSettings(
+    return process.run(
+        RunSettings(
             inventory_root=inv.root,
             hosts_file=inv.hosts_file,
             command="node-test",

@@ -4,7 +4,7 @@ Two real OpenSSH servers (tests/sshd.py) on 127.0.0.1: a jump host, whose log at
 records every connection forwarded through it, and the target. Each test writes an ssh config file
 (given to both with `-F` in ansible_ssh_common_args), a known_hosts file and an inventory under
 tmp_path, then runs `gpubring check` (paramiko) and a real ansible-playbook run through
-gpubring.runner (OpenSSH) with the same inventory. The user's own ~/.ssh is never read: HOME points
+gpubring.run (OpenSSH) with the same inventory. The user's own ~/.ssh is never read: HOME points
 at tmp_path and the ssh config sets the key and the known_hosts file.
 """
 
@@ -21,10 +21,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gpubring import probe, runner
+from gpubring import probe
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.run import process
+from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions
 from sshd import KeyPair, Sshd, require_sshd
 
@@ -115,17 +117,17 @@ class Site:
         result = CliRunner().invoke(app, ["check", str(root), "--json", "-", "--timeout", "10"])
         return result.exit_code, json.loads(result.stdout)["hosts"][0]
 
-    def ansible(self, root: Path) -> runner.RunResult:
+    def ansible(self, root: Path) -> RunResult:
         playbook = self.tmp / "ping.yml"
         playbook.write_text(PING)
-        settings = runner.RunSettings(
+        settings = RunSettings(
             inventory_root=root,
             hosts_file=root / "hosts.yml",
             command="test",
             playbook=playbook,
             options=RunOptions(accelerate=False),
         )
-        return runner.run(settings)
+        return process.run(settings)
 
 
 @pytest.fixture

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import nodeops, paths, runner
+from gpubring import nodeops, paths
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
+from gpubring.run import process
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions
 
 
@@ -125,8 +127,8 @@ def test_the_playbook_refuses_a_run_without_confirmation(tmp_path: Path) -> None
         encoding="utf-8",
     )
     inv = load_inventory(root)
-    result = runner.run(
-        runner.RunSettings(
+    result = process.run(
+        RunSettings(
             inventory_root=inv.root,
             hosts_file=inv.hosts_file,
             command="reset",

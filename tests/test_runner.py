@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from gpubring import report, runner, runstore
+from gpubring import report, runstore
 from gpubring.events import Event, TaskStart
 from gpubring.exitcodes import ExitCode
 from gpubring.phases import PHASES, PhaseError, select_phases
+from gpubring.run import process
+from gpubring.run.accelerate import Accelerator, accelerator, mitogen_declared_range
+from gpubring.run.cancel import CancelFlag
+from gpubring.run.folder import plays_of
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import ExtraVarsError, RunOptions, extra_var_names, parse_extra_vars
 from helpers import DATA
 
@@ -32,8 +37,8 @@ def local_inventory(tmp_path: Path) -> Path:
 
 def settings_for(
     root: Path, playbook: str, options: RunOptions | None = None, *, keep_runs: int = runstore.DEFAULT_KEEP
-) -> runner.RunSettings:
-    return runner.RunSettings(
+) -> RunSettings:
+    return RunSettings(
         inventory_root=root,
         hosts_file=root / "hosts.yml",
         command="test",
@@ -168,22 +173,22 @@ def test_extra_vars_errors(tmp_path: Path, arg: str, content: str | None, messag
 
 
 def test_accelerator_choice(tmp_path: Path) -> None:
-    assert runner.accelerator(False) == runner.Accelerator("linear", {})
+    assert accelerator(False) == Accelerator("linear", {})
     # This venv has mitogen (the test extra) and an ansible-core line Mitogen supports.
-    fast = runner.accelerator(True)
+    fast = accelerator(True)
     assert fast.strategy == "mitogen_linear"
     assert fast.notice == ""
     assert (Path(fast.env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
-    too_new = runner.accelerator(True, ansible_core=(2, 99, 0))
+    too_new = accelerator(True, ansible_core=(2, 99, 0))
     assert too_new.strategy == "linear"
     assert too_new.env == {}
     assert "Mitogen is not enabled for ansible-core 2.99.0" in too_new.notice
-    too_old = runner.accelerator(True, ansible_core=(2, 9, 27))
+    too_old = accelerator(True, ansible_core=(2, 9, 27))
     assert too_old.strategy == "linear"
     # Mitogen's own declaration is read, a maximum too when a release declares one.
     loaders = tmp_path / "loaders.py"
     loaders.write_text("ANSIBLE_VERSION_MIN = (2, 12)\nANSIBLE_VERSION_MAX = (2, 17)\n")
-    assert runner.mitogen_declared_range(loaders) == ((2, 12), (2, 17))
+    assert mitogen_declared_range(loaders) == ((2, 12), (2, 17))
 
 
 def test_plays_of_follows_imports(tmp_path: Path) -> None:
@@ -191,12 +196,12 @@ def test_plays_of_follows_imports(tmp_path: Path) -> None:
     (tmp_path / "outer.yml").write_text(
         "- name: First\n  hosts: all\n  tasks: []\n- ansible.builtin.import_playbook: inner.yml\n"
     )
-    assert runner.plays_of(tmp_path / "outer.yml") == ["First", "gpu_nodes"]
-    assert runner.plays_of(tmp_path / "missing.yml") == []
+    assert plays_of(tmp_path / "outer.yml") == ["First", "gpu_nodes"]
+    assert plays_of(tmp_path / "missing.yml") == []
 
 
 def test_cancel_flag_catches_sigterm() -> None:
-    flag = runner.CancelFlag()
+    flag = CancelFlag()
     before = signal.getsignal(signal.SIGTERM)
     with flag.on_signals():
         os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next statement
@@ -228,7 +233,7 @@ def test_prune_keeps_the_newest(tmp_path: Path) -> None:
 def test_real_run_of_the_mixed_playbook(local_inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUBRING_TEST_SHELL_TOKEN", "sh3ll-t0ken-value")
     seen: list[Event] = []
-    result = runner.run(
+    result = process.run(
         settings_for(
             local_inventory, "mixed.yml", RunOptions(extra_vars=({"gpubring_test_secret": "S3cr3t-runner"},))
         ),
@@ -299,7 +304,7 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
     old = [
         runstore.new_run_folder(local_inventory, "up", datetime(2024, 5, d).astimezone()) for d in (1, 2, 3)
     ]
-    result = runner.run(
+    result = process.run(
         settings_for(
             local_inventory,
             "vars.yml",
@@ -317,14 +322,14 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
 
 @pytest.mark.parametrize("accelerate", [True, False], ids=["mitogen", "linear"])
 def test_cancel_stops_the_run_and_its_workers(local_inventory: Path, accelerate: bool) -> None:
-    flag = runner.CancelFlag()
+    flag = CancelFlag()
 
     def on_event(event: Event) -> None:
         if isinstance(event, TaskStart) and event.task == "Wait for the cancel":
             flag.set("test cancel")
 
     settings = settings_for(local_inventory, "wait.yml", RunOptions(accelerate=accelerate))
-    result = runner.run(settings, on_event, flag)
+    result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert result.status == "cancelled"
     stopped = result.report["stopped_at"]
@@ -355,7 +360,7 @@ def test_unreachable_host_outranks_a_failed_task(tmp_path: Path) -> None:
     root = tmp_path / "inventory"
     root.mkdir()
     shutil.copy(DATA / "inventories" / "record.yml", root / "hosts.yml")
-    result = runner.run(settings_for(root, "mixed.yml"))
+    result = process.run(settings_for(root, "mixed.yml"))
     assert result.exit_code == ExitCode.UNREACHABLE
     assert result.report["status"] == "unreachable"
     assert result.report["stats"]["nobody"]["unreachable"] == 1

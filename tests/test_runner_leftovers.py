@@ -20,11 +20,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import runner, runstore
+from gpubring import runstore
 from gpubring.app import app
 from gpubring.commands import runs as runs_command
 from gpubring.events import Event, Notice, TaskStart
 from gpubring.exitcodes import ExitCode
+from gpubring.run import process
+from gpubring.run.cancel import CancelFlag
+from gpubring.run.folder import LOCAL_TEMP
+from gpubring.run.leftovers import Orphan, find_orphans, kill_orphans, run_is_over
+from gpubring.run.proctable import process_start
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, alive
 
@@ -50,8 +56,8 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def settings_for(root: Path, playbook: str, **options: object) -> runner.RunSettings:
-    return runner.RunSettings(
+def settings_for(root: Path, playbook: str, **options: object) -> RunSettings:
+    return RunSettings(
         inventory_root=root,
         hosts_file=root / "hosts.yml",
         command="test",
@@ -86,7 +92,7 @@ def test_extra_vars_are_in_the_private_run_folder_only_while_the_run_goes(
             for path in holding(folder, SECRET) + holding(private_tmp, SECRET):
                 during.append((path, mode(path), mode(path.parent)))
 
-    result = runner.run(
+    result = process.run(
         settings_for(local_inventory, "mixed.yml", extra_vars=parse_extra_vars([f"s={SECRET}"])),
         on_event=on_event,
     )
@@ -97,12 +103,12 @@ def test_extra_vars_are_in_the_private_run_folder_only_while_the_run_goes(
     assert holding(folder, SECRET) == []
     assert holding(private_tmp, SECRET) == []
     assert list(private_tmp.iterdir()) == []
-    assert not (folder / runner.LOCAL_TEMP).exists()
-    assert runstore.read_owner(folder) == runstore.Owner(os.getpid(), runner.process_start(os.getpid()) or 0)
+    assert not (folder / LOCAL_TEMP).exists()
+    assert runstore.read_owner(folder) == runstore.Owner(os.getpid(), process_start(os.getpid()) or 0)
 
 
 def test_a_cancelled_run_removes_its_extra_vars(local_inventory: Path, private_tmp: Path) -> None:
-    flag = runner.CancelFlag()
+    flag = CancelFlag()
 
     def on_event(event: Event) -> None:
         if isinstance(event, TaskStart) and event.task == "Wait for the cancel":
@@ -111,7 +117,7 @@ def test_a_cancelled_run_removes_its_extra_vars(local_inventory: Path, private_t
     settings = settings_for(
         local_inventory, "wait.yml", extra_vars=parse_extra_vars([f"s={SECRET}"]), accelerate=False
     )
-    result = runner.run(settings, on_event, flag)
+    result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert holding(result.run_folder, SECRET) == []
     assert holding(private_tmp, SECRET) == []
@@ -121,19 +127,20 @@ def test_a_cancelled_run_removes_its_extra_vars(local_inventory: Path, private_t
 
 # ansible-runner gives ansible-playbook a pty whose master this process holds: when the process is
 # killed the pty hangs up, and whether ansible-playbook is still there a moment later is a race with
-# its SIGHUP. An ignored SIGHUP (inherited through exec; runner.run off the main thread leaves it so)
+# its SIGHUP. An ignored SIGHUP (inherited through exec; process.run off the main thread leaves it so)
 # makes the orphan certain, so that `--kill-orphans` below always has one to stop.
 KILLED_RUN = """
 import signal, sys, threading
 from pathlib import Path
-from gpubring import runner
+from gpubring.run import process
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
 root = Path(sys.argv[1])
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
-settings = runner.RunSettings(
+settings = RunSettings(
     inventory_root=root, hosts_file=root / "hosts.yml", command="up", playbook=Path(sys.argv[2]),
     options=RunOptions(extra_vars=parse_extra_vars([sys.argv[3]]), accelerate=False))
-worker = threading.Thread(target=runner.run, args=(settings,))
+worker = threading.Thread(target=process.run, args=(settings,))
 worker.start()
 worker.join()
 """
@@ -154,7 +161,7 @@ def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_cl
         [sys.executable, "-c", KILLED_RUN, str(local_inventory), str(playbook), f"s={SECRET}"],
         env={**os.environ, "TMPDIR": str(private_tmp)},
     )
-    orphans: list[runner.Orphan] = []
+    orphans: list[Orphan] = []
     try:
         base = runstore.runs_dir(local_inventory)
         deadline = time.monotonic() + 120  # a safety net for a broken run, not a timing assertion
@@ -175,16 +182,16 @@ def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_cl
         assert holding(folder, SECRET) == [folder / "vars" / "extra-vars-0.json"]
         assert mode(folder) == 0o700 and mode(folder / "vars" / "extra-vars-0.json") == 0o600
         assert holding(private_tmp, SECRET) == []
-        assert runner.run_is_over(folder)
+        assert run_is_over(folder)
 
         # ansible-playbook goes on (ansible-runner starts it in a session of its own): an orphan.
-        orphans = runner.find_orphans(local_inventory)
+        orphans = find_orphans(local_inventory)
         assert [o.run for o in orphans] == [folder.name]
         assert b"ansible-playbook" in Path(f"/proc/{orphans[0].pid}/cmdline").read_bytes()
 
         # The next run on the inventory removes the leftover file and says so in one line.
         seen: list[Event] = []
-        result = runner.run(settings_for(local_inventory, "mixed.yml"), on_event=seen.append)
+        result = process.run(settings_for(local_inventory, "mixed.yml"), on_event=seen.append)
         note = f"removed 1 -e file(s) left by killed run(s): {folder.name}"
         assert note in result.report["notices"]
         assert Notice(note) in seen
@@ -195,11 +202,11 @@ def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_cl
         assert out.exit_code == 0, out.output
         assert f"stopping pid {orphans[0].pid} (run {folder.name}, all hosts of the run;" in out.output
         assert _wait_gone(list(orphans[0].processes)) == []
-        assert runner.find_orphans(local_inventory) == []
+        assert find_orphans(local_inventory) == []
     finally:
         if proc.poll() is None:
             proc.kill()
-        runner.kill_orphans(orphans)
+        kill_orphans(orphans)
 
 
 # --- orphans, with a stand-in ansible-playbook ---------------------------------------------------------
@@ -214,7 +221,7 @@ time.sleep(600)
 
 def _dead_owner() -> runstore.Owner:
     done = subprocess.Popen(["true"])
-    start = runner.process_start(done.pid) or 1
+    start = process_start(done.pid) or 1
     done.wait()
     return runstore.Owner(pid=done.pid, start=start)
 
@@ -268,21 +275,21 @@ def test_orphans_of_a_dead_gpubring_are_found_and_killed(
     runstore.write_owner(dead, _dead_owner())
     (dead / "project").mkdir()
     going = runstore.new_run_folder(local_inventory, "up", datetime(2026, 3, 1, 10).astimezone())
-    runstore.write_owner(going, runstore.Owner(os.getpid(), runner.process_start(os.getpid()) or 0))
+    runstore.write_owner(going, runstore.Owner(os.getpid(), process_start(os.getpid()) or 0))
     (going / "project").mkdir()
     orphan = _start_in(stand_in, dead / "project", spawned, "--limit", "gpu01,gpu02")
     _start_in(stand_in, going / "project", spawned)  # its gpubring (this test) is alive: not an orphan
 
-    found = runner.find_orphans(local_inventory)
+    found = find_orphans(local_inventory)
     assert [(o.pid, o.run, o.limit) for o in found] == [(orphan.pid, dead.name, "gpu01,gpu02")]
     assert set(found[0].processes) == {orphan.pid, *_children(orphan.pid)}
     assert found[0].describe().startswith(f"pid {orphan.pid} (run {dead.name}, hosts gpu01,gpu02; 2 process")
 
     worker = _children(orphan.pid)
-    assert runner.kill_orphans(found) == 2
+    assert kill_orphans(found) == 2
     orphan.wait(timeout=30)
     assert _wait_gone(worker) == []
-    assert runner.find_orphans(local_inventory) == []
+    assert find_orphans(local_inventory) == []
     assert spawned[1].poll() is None  # the live run's process is left alone
 
 
@@ -336,6 +343,6 @@ def test_up_on_a_terminal_asks_before_killing_orphans(
 
 def test_a_run_without_an_owner_record_is_over_once_it_has_a_report(local_inventory: Path) -> None:
     folder = runstore.new_run_folder(local_inventory, "up")
-    assert not runner.run_is_over(folder)  # still going, or an older gpubring's: never touched
+    assert not run_is_over(folder)  # still going, or an older gpubring's: never touched
     (folder / runstore.REPORT_NAME).write_text(json.dumps({"status": "ok"}))
-    assert runner.run_is_over(folder)
+    assert run_is_over(folder)

@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpubring import runner
+from gpubring.run import process
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions
 from helpers import DATA, REPO
 
@@ -47,8 +48,8 @@ def test_a_release_run_leaves_no_value_in_its_events_or_run_folder(tmp_path: Pat
     )
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert SECRET in plan.stdout  # the input is real: the values hold it
-    result = runner.run(
-        runner.RunSettings(
+    result = process.run(
+        RunSettings(
             inventory_root=inv,
             hosts_file=inv / "hosts.yml",
             command="test",

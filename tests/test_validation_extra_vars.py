@@ -11,9 +11,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gpubring import runner
 from gpubring.app import app
 from gpubring.options import extra_vars_warnings
+from gpubring.run import process
+from gpubring.run.settings import RunSettings
 from helpers import DATA
 
 TYPO = "warning: -e nvidia_driver_brnach: no role or setting declares it; did you mean nvidia_driver_branch?"
@@ -66,17 +67,17 @@ def test_every_source_is_looked_at_once_per_key(tmp_path: Path) -> None:
 def test_the_warning_comes_before_the_run_which_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hosts are never reached: runner.run stands in for the run, and says when it starts."""
+    """The hosts are never reached: process.run stands in for the run, and says when it starts."""
     inventory = tmp_path / "inventory"
     shutil.copytree(DATA / "inventories" / "localhost", inventory)
     started: list[object] = []
 
-    def run(settings: runner.RunSettings, **_: object) -> None:
+    def run(settings: RunSettings, **_: object) -> None:
         started.append(settings.options.extra_vars)
         print("run started", file=sys.stderr)
         raise typer.Exit(code=0)
 
-    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(process, "run", run)
     args = ["up", str(inventory), "-e", "nvidia_driver_brnach=580", "-e", "ansible_user=root"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

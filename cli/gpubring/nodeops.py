@@ -30,11 +30,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpubring import paths, report, runner, view
+from gpubring import paths, report, view
 from gpubring.exitcodes import ExitCode
 from gpubring.guards import quorum_problem
 from gpubring.model import Inventory
 from gpubring.phases import PhaseError, PhaseSelection, resolve_pattern, select_phases
+from gpubring.run import process
+from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions
 from gpubring.yamlfile import did_you_mean
 
@@ -197,12 +199,12 @@ def plan(
     raise ValueError(f"unknown node action {action!r}; the actions are {', '.join(ACTIONS)}")
 
 
-def settings(inv: Inventory, step: Step, options: RunOptions) -> runner.RunSettings:
+def settings(inv: Inventory, step: Step, options: RunOptions) -> RunSettings:
     """The runner settings of one step: the operator's options with the step's --limit, and the
     step's own variables after the operator's -e."""
     extra = (*options.extra_vars, dict(step.extra_vars)) if step.extra_vars else options.extra_vars
     skip_tags = ",".join(filter(None, (options.skip_tags, *step.skip_tags))) or None
-    return runner.RunSettings(
+    return RunSettings(
         inventory_root=inv.root,
         hosts_file=inv.hosts_file,
         command=step.command,
@@ -237,7 +239,7 @@ def run_steps(
             phases.skipped if phases else (),
         )
         with live:
-            result = runner.run(settings(inv, step, options), on_event=live.handle)
+            result = process.run(settings(inv, step, options), on_event=live.handle)
         view.summary(console, result.report)
         code, last = result.exit_code, result.report
         if code == ExitCode.OK and not options.check:

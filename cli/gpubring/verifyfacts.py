@@ -2,7 +2,7 @@
 
 The roles publish them with set_fact, and ansible-runner gives a set_fact's result whole, facts
 included, in the `runner_on_ok` event of the task (artifacts/<ident>/job_events/<counter>-<uuid>.json
-in the run folder, see gpubring.runner):
+in the run folder, see gpubring.run):
 
 - `verify_results` (roles/verify tasks/cluster_results.yml): the cluster smoke tests, on the first
   host of the play: {control_plane, tested_nodes, dra_nodes, checks: [{name, status, expected,

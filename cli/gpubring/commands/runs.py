@@ -39,9 +39,9 @@ def warn_orphans(inventory: Path, inventory_root: Path) -> None:
     """Before a run: say which ansible-playbook processes earlier runs of this inventory left running
     (their gpubring is gone). On a terminal ask whether to stop them (default no); elsewhere print
     the command that does, and go on."""
-    from gpubring import runner
+    from gpubring.run.leftovers import find_orphans, kill_orphans
 
-    orphans = runner.find_orphans(inventory_root)
+    orphans = find_orphans(inventory_root)
     if not orphans:
         return
     typer.echo(
@@ -53,7 +53,7 @@ def warn_orphans(inventory: Path, inventory_root: Path) -> None:
         typer.echo(f"  {orphan.describe()}", err=True)
     if interactive():
         if typer.confirm("Stop them now (SIGKILL)?", default=False, err=True):
-            typer.echo(f"stopped {runner.kill_orphans(orphans)} process(es)", err=True)
+            typer.echo(f"stopped {kill_orphans(orphans)} process(es)", err=True)
         return
     typer.echo(f"  to stop them: gpubring runs {inventory} --kill-orphans", err=True)
 
@@ -107,12 +107,12 @@ def command(
 
 
 def _kill_orphans(root: Path) -> None:
-    from gpubring import runner
+    from gpubring.run.leftovers import find_orphans, kill_orphans
 
-    orphans = runner.find_orphans(root)
+    orphans = find_orphans(root)
     if not orphans:
         typer.echo("no ansible-playbook left running by an earlier run of this inventory")
         return
     for orphan in orphans:
         typer.echo(f"stopping {orphan.describe()}")
-    typer.echo(f"stopped {runner.kill_orphans(orphans)} process(es)")
+    typer.echo(f"stopped {kill_orphans(orphans)} process(es)")

@@ -42,10 +42,12 @@ def command(
     # Imported here: `gpubring --help` must not load the inventory model, rich's live view or ansible.
     from rich.console import Console
 
-    from gpubring import report, runner, runstore, view
+    from gpubring import report, runstore, view
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES, PhaseError, resolve_pattern, select_phases
+    from gpubring.run import process
+    from gpubring.run.settings import RunSettings
 
     inv = load_or_exit(inventory)
     try:
@@ -70,7 +72,7 @@ def command(
     warn_orphans(inventory, inv.root)
     phase_option = f"--only {only}" if only else f"--from {from_phase}" if from_phase else ""
 
-    settings = runner.RunSettings(
+    settings = RunSettings(
         inventory_root=inv.root,
         hosts_file=inv.hosts_file,
         command="up",
@@ -89,7 +91,7 @@ def command(
         f"gpubring up {inventory}{mode}", selection.run, selection.skipped, check=run.check, partial=partial
     )
     with live:
-        result = runner.run(settings, on_event=live.handle)
+        result = process.run(settings, on_event=live.handle)
     view.summary(console, result.report)
     if result.exit_code == ExitCode.OK and not run.check:
         from gpubring import upgrade

@@ -10,7 +10,7 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
-from gpubring.commands._common import hold_run_lock
+from gpubring.commands._common import hold_run_lock, load_or_exit
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -96,10 +96,11 @@ def command(
     from rich.console import Console
 
     from gpubring import report as run_report
-    from gpubring import runner, runstore, view
-    from gpubring.commands._common import load_or_exit
+    from gpubring import runstore, view
     from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES, PhaseError, resolve_pattern, select_phases
+    from gpubring.run import process
+    from gpubring.run.settings import RunSettings
 
     inv = load_or_exit(inventory)
     try:
@@ -130,7 +131,7 @@ def command(
     if not acceptance:
         run = _skip_acceptance(run)
 
-    settings = runner.RunSettings(
+    settings = RunSettings(
         inventory_root=inv.root,
         hosts_file=inv.hosts_file,
         command="verify",
@@ -146,7 +147,7 @@ def command(
     partial = runstore.partial_by(limit=limit, tags=run.tags, skip_tags=run.skip_tags, phases="")
     live.intro(f"gpubring verify {inventory}{mode}", selection.run, (), check=run.check, partial=partial)
     with live:
-        result = runner.run(settings, on_event=live.handle)
+        result = process.run(settings, on_event=live.handle)
     view.summary(console, result.report)
     if run.json_report is not None:
         try:
