@@ -148,3 +148,29 @@ def output_uses(path: Path) -> list[str]:
 )
 def test_no_output_or_exit_below_commands(path: Path) -> None:
     assert output_uses(path) == []
+
+
+def run_path_calls(path: Path) -> list[str]:
+    """Where a file starts a run (`process.run(...)`) or draws one (`RunView(...)`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        owner = getattr(func.value, "id", "") if isinstance(func, ast.Attribute) else ""
+        if (owner, name) == ("process", "run") or name == "RunView":
+            found.append(f"{node.lineno}: {owner + '.' if owner else ''}{name}()")
+    return found
+
+
+def test_one_run_path() -> None:
+    """Every verb that runs a playbook (up, verify, node, upgrade, reset) goes through the executor,
+    gpubring.run.steps: nothing else in cli/gpubring starts a run or draws its live view."""
+    elsewhere = {
+        module_name(path): calls
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if module_name(path) != "gpubring.run.steps" and (calls := run_path_calls(path))
+    }
+    assert elsewhere == {}
+    assert run_path_calls(PACKAGE / "run" / "steps.py")  # the checker finds the executor's own calls

@@ -3,7 +3,7 @@ at once naming the holder, read-only verbs and --check runs never wait, a killed
 over, two runs racing for it cannot both win, and the lock is released however a run ends.
 
 The holders are real processes taking the lock through gpubring.lock; no test reaches a host: the
-runner (process.run, nodeops.run_steps) is replaced by a stand-in wherever a run would start, but the
+executor (steps.run_steps, which every verb runs through) is replaced by a stand-in, but the
 SIGTERM test, which runs a real phase over the local connection as tests/test_up.py does."""
 
 from __future__ import annotations
@@ -19,16 +19,15 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import lock, nodeops
+from gpubring import lock
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
-from gpubring.run import process
+from gpubring.run import steps
 from helpers import DATA, REPO
 
 TEST_PHASES = DATA / "phases"
@@ -136,16 +135,11 @@ def no_run(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     the list records which entry point it reached."""
     reached: list[str] = []
 
-    def fake_run(*_args: Any, **_kwargs: Any) -> Any:
-        reached.append("process.run")
-        raise Reached
-
     def fake_steps(*_args: Any, **_kwargs: Any) -> Any:
-        reached.append("nodeops.run_steps")
+        reached.append("steps.run_steps")
         raise Reached
 
-    monkeypatch.setattr(process, "run", fake_run)
-    monkeypatch.setattr(nodeops, "run_steps", fake_steps)
+    monkeypatch.setattr(steps, "run_steps", fake_steps)
     return reached
 
 
@@ -244,8 +238,7 @@ def test_every_verb_that_changes_hosts_holds_the_lock_during_its_run(
         seen.append(racer.stdout.strip())
         raise Reached
 
-    monkeypatch.setattr(process, "run", fake)
-    monkeypatch.setattr(nodeops, "run_steps", fake)
+    monkeypatch.setattr(steps, "run_steps", fake)
     result = invoke(*_args(CHANGING[verb], inventory))
     assert isinstance(result.exception, Reached), result.output
     assert seen == [str(os.getpid())]
@@ -260,14 +253,14 @@ def test_every_verb_that_changes_hosts_holds_the_lock_during_its_run(
         pytest.param(["runs", "{inv}"], None, id="runs"),
         pytest.param(["upgrade", "{inv}", "--check"], None, id="upgrade --check"),
         pytest.param(["reset", "{inv}"], None, id="reset without --yes"),
-        pytest.param(["up", "{inv}", "--check"], "process.run", id="up --check"),
+        pytest.param(["up", "{inv}", "--check"], "steps.run_steps", id="up --check"),
+        pytest.param(["node", "add", "{inv}", "gpu-4", "--check"], "steps.run_steps", id="node add --check"),
+        pytest.param(["reset", "{inv}", "--yes", "--check"], "steps.run_steps", id="reset --yes --check"),
+        pytest.param(["verify", "{inv}"], "steps.run_steps", id="verify"),
         pytest.param(
-            ["node", "add", "{inv}", "gpu-4", "--check"], "nodeops.run_steps", id="node add --check"
-        ),
-        pytest.param(["reset", "{inv}", "--yes", "--check"], "nodeops.run_steps", id="reset --yes --check"),
-        pytest.param(["verify", "{inv}"], "process.run", id="verify"),
-        pytest.param(
-            ["verify", "{inv}", "--acceptance", "--check"], "process.run", id="verify --acceptance --check"
+            ["verify", "{inv}", "--acceptance", "--check"],
+            "steps.run_steps",
+            id="verify --acceptance --check",
         ),
     ],
 )
@@ -303,7 +296,7 @@ def test_a_killed_runs_lock_is_taken_over_with_a_notice(inventory: Path, no_run:
         "notice: took over the run lock of this inventory from a run that was killed: "
         f"`gpubring up {inventory}` (pid {proc.pid} on host {socket.gethostname()}, started {left.started})"
     ]
-    assert no_run == ["process.run"]
+    assert no_run == ["steps.run_steps"]
     assert_free(inventory)
 
 
@@ -393,12 +386,12 @@ def test_two_runs_racing_for_the_lock_exactly_one_wins(tmp_path: Path) -> None:
 
 def test_the_lock_is_released_when_the_run_ends(inventory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run that ends (a task failed here: exit 1) leaves the lock free and its record emptied."""
-    outcome = SimpleNamespace(exit_code=ExitCode.TASK_FAILED, report={"status": "failed", "stats": {}})
-    monkeypatch.setattr(process, "run", lambda *_a, **_k: outcome)
+    failed = steps.Outcome(exit_code=ExitCode.TASK_FAILED, last=None)
+    monkeypatch.setattr(steps, "run_steps", lambda *_a, **_k: failed)
     result = invoke("up", inventory)
     assert result.exit_code == ExitCode.TASK_FAILED, result.output
     assert_free(inventory)
-    monkeypatch.setattr(nodeops, "run_steps", lambda *_a, **_k: ExitCode.OK)
+    monkeypatch.setattr(steps, "run_steps", lambda *_a, **_k: steps.Outcome(exit_code=ExitCode.OK, last=None))
     for verb in ("node add", "reset --yes", "upgrade"):
         result = invoke(*_args(CHANGING[verb], inventory))
         assert result.exit_code == ExitCode.OK, (verb, result.output)
@@ -412,7 +405,7 @@ def test_the_lock_is_released_after_an_exception(
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(process, "run", broken)
+    monkeypatch.setattr(steps, "run_steps", broken)
     result = invoke("up", inventory)
     assert result.exit_code != ExitCode.OK
     assert_free(inventory)
@@ -470,9 +463,9 @@ def _calls(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("path", sorted(COMMANDS.glob("*.py")), ids=lambda p: p.name)
 def test_every_verb_that_runs_a_playbook_takes_the_lock(path: Path) -> None:
-    """For verbs added later: a command that starts ansible-runner (process.run, nodeops.run_steps)
+    """For verbs added later: a command that starts ansible-runner (through the executor, steps.run_steps)
     calls hold_run_lock (for its runs that change hosts), or is read-only and says so here."""
     read_only: set[str] = set()  # verbs that run playbooks but never change a host: none yet
     calls = _calls(path)
-    if calls & {"process.run", "nodeops.run_steps"} and path.stem not in read_only:
+    if "steps.run_steps" in calls and path.stem not in read_only:
         assert "hold_run_lock" in calls, f"{path.name} runs a playbook without the run lock"

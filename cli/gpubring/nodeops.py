@@ -1,4 +1,4 @@
-"""Node lifecycle: what `gpubring node add | replace | remove` run, as steps through the runner.
+"""Node lifecycle: what `gpubring node add | replace | remove` run, as steps of the executor.
 
     add      playbooks/node_add.yml --limit NODE[,NODE...]: preflight, the host roles (driver,
              toolkit, RDMA, kubelet topology on GPU nodes), the Kubernetes packages, the join, the GPU
@@ -28,20 +28,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpubring import paths, report, view
-from gpubring.exitcodes import ExitCode
+from gpubring import paths
 from gpubring.guards import quorum_problem
 from gpubring.model import Inventory
 from gpubring.phases import PhaseError, PhaseSelection, resolve_pattern, select_phases
-from gpubring.run import process
+from gpubring.run import steps as run_steps
 from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions
 from gpubring.yamlfile import did_you_mean
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 ACTIONS = ("add", "replace", "remove")
 ADD_PLAYBOOK = "node_add.yml"
@@ -214,68 +210,23 @@ def settings(inv: Inventory, step: Step, options: RunOptions) -> RunSettings:
     )
 
 
-def run_steps(
-    inv: Inventory,
-    steps: Sequence[Step],
-    options: RunOptions,
-    *,
-    title: str,
-    console: Console | None = None,
-    phases: PhaseSelection | None = None,
-) -> ExitCode:
-    """Run the steps in order, each with the live view and summary of `gpubring up`; stop at the
-    first step that does not succeed. Returns the exit code of the last step run; the options'
-    json_report (--json) gets that step's report."""
-    console = console or view.console()
-    mode = " (check mode)" if options.check else ""
-    code = ExitCode.OK
-    last: Mapping[str, Any] | None = None
-    for number, step in enumerate(steps, start=1):
-        counter = f" [{number}/{len(steps)}]" if len(steps) > 1 else ""
-        live = view.RunView(console)
-        live.intro(
-            f"{title}{mode}{counter}: {step.purpose}",
-            phases.run if phases else (),
-            phases.skipped if phases else (),
-        )
-        with live:
-            result = process.run(settings(inv, step, options), on_event=live.handle)
-        view.summary(console, result.report)
-        code, last = result.exit_code, result.report
-        if code == ExitCode.OK and not options.check:
-            _record(inv, step, result.report, phases, console)
-        if code != ExitCode.OK:
-            if number < len(steps):
-                console.print(f"not run: {', '.join(s.purpose for s in steps[number:])}")
-            break
-    if options.json_report is not None and last is not None:
-        try:
-            report.write_copy(last, options.json_report)
-        except OSError as exc:
-            view.error(f"--json {options.json_report}: {exc.strerror or exc}")
-    return code
-
-
-def _record(
-    inv: Inventory,
-    step: Step,
-    data: Mapping[str, Any],
-    phases: PhaseSelection | None,
-    console: Console,
-) -> None:
-    """Keep gpubring's record of what it installed (gpubring.upgrade) true after a step that
-    succeeded: an added node, an upgrade, gets its pins; a removed or reset node loses its Kubernetes."""
-    from gpubring import upgrade
-
+def runs(
+    inv: Inventory, steps: Sequence[Step], options: RunOptions, phases: PhaseSelection | None = None
+) -> list[run_steps.Step]:
+    """The steps as the executor (gpubring.run.steps) runs them: each with its settings, its purpose,
+    and what its success records (gpubring.upgrade): an added node, an upgrade, gets the pins of the
+    phases run; a removed or reset node loses its Kubernetes (every host when the step has no limit)."""
     ran = phases.run if phases else NODE_PHASES
-    names = [n for n in step.limit.split(",") if n] or list(inv.hosts)
-    try:
+    out: list[run_steps.Step] = []
+    for step in steps:
+        record = None
         if step.playbook.name in (ADD_PLAYBOOK, UPGRADE_PLAYBOOK):
-            upgrade.record_run(inv, data, ran)
+            record = run_steps.Record(pins=tuple(ran))
         elif step.playbook.name in (REMOVE_PLAYBOOK, RESET_PLAYBOOK):
-            upgrade.forget_hosts(inv, names, whole_cluster=not step.limit)
-    except OSError as exc:
-        console.print(f"warning: could not update {upgrade.record_path(inv.root)}: {exc.strerror or exc}")
+            names = tuple(n for n in step.limit.split(",") if n) or tuple(inv.hosts)
+            record = run_steps.Record(forget=names, whole_cluster=not step.limit)
+        out.append(run_steps.Step(settings(inv, step, options), step.purpose, record))
+    return out
 
 
 # --- reset ----------------------------------------------------------------------------------------

@@ -53,8 +53,17 @@ def console() -> Console:
 
 
 def error(message: str) -> None:
-    """One `error: ...` line on stderr."""
-    Console(stderr=True, highlight=False).print(f"error: {message}", markup=False)
+    """One `error: ...` line on stderr, as it is (never wrapped, no markup)."""
+    _stderr_line(f"error: {message}")
+
+
+def warning(message: str) -> None:
+    """One `warning: ...` line on stderr, as it is."""
+    _stderr_line(f"warning: {message}")
+
+
+def _stderr_line(text: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(text, markup=False, emoji=False)
 
 
 def skipped_lines(skipped: Sequence[tuple[str, str]], verb: str) -> list[str]:

@@ -43,12 +43,13 @@ def _run(
     from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
+    from gpubring.run import steps
 
     inv = load_or_exit(inventory)
     try:
         checked = nodeops.check_nodes(inv, nodes, removing=action != "add")
         phases = nodeops.node_phases(inv, run.check)
-        steps = nodeops.with_phases(nodeops.plan(action, checked, force=force), phases)
+        planned = nodeops.with_phases(nodeops.plan(action, checked, force=force), phases)
     except nodeops.NodeError as exc:
         for line in str(exc).splitlines():
             typer.echo(f"error: {line}", err=True)
@@ -56,10 +57,14 @@ def _run(
     if not run.check:  # check mode changes nothing: it neither takes the run lock nor waits for it
         hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
-    code = nodeops.run_steps(
-        inv, steps, run, title=f"gpubring node {action} {inventory} {' '.join(checked)}", phases=phases
+    outcome = steps.run_steps(
+        inv,
+        nodeops.runs(inv, planned, run, phases),
+        run,
+        title=f"gpubring node {action} {inventory} {' '.join(checked)}",
+        phases=phases,
     )
-    raise typer.Exit(code=int(code))
+    raise typer.Exit(code=int(outcome.exit_code))
 
 
 @app.command("add")

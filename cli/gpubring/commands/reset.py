@@ -87,6 +87,7 @@ def command(
     from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
+    from gpubring.run import steps
 
     inv = load_or_exit(inventory)
     try:
@@ -101,5 +102,7 @@ def command(
     if not run.check:  # the plan (no --yes) and check mode change nothing: no run lock, no wait
         hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
-    code = nodeops.run_steps(inv, [plan.step], run, title=f"gpubring reset {inventory}")
-    raise typer.Exit(code=int(code))
+    outcome = steps.run_steps(
+        inv, nodeops.runs(inv, [plan.step], run), run, title=f"gpubring reset {inventory}"
+    )
+    raise typer.Exit(code=int(outcome.exit_code))

@@ -40,13 +40,10 @@ def command(
     Each run keeps its folder and report.json under INVENTORY/.gpubring/runs/ (see `gpubring runs`).
     """
     # Imported here: `gpubring --help` must not load the inventory model, rich's live view or ansible.
-    from rich.console import Console
-
-    from gpubring import report, runstore, view
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES, PhaseError, resolve_pattern, select_phases
-    from gpubring.run import process
+    from gpubring.run import steps
     from gpubring.run.settings import RunSettings
 
     inv = load_or_exit(inventory)
@@ -83,28 +80,8 @@ def command(
         options=run,
         phase_option=phase_option,
     )
-    console = Console(highlight=False)
-    live = view.RunView(console)
-    mode = " (check mode)" if run.check else ""
-    partial = runstore.partial_by(limit=limit, tags=run.tags, skip_tags=run.skip_tags, phases=phase_option)
-    live.intro(
-        f"gpubring up {inventory}{mode}", selection.run, selection.skipped, check=run.check, partial=partial
+    step = steps.Step(settings, record=steps.Record(pins=selection.run))
+    outcome = steps.run_steps(
+        inv, [step], run, title=f"gpubring up {inventory}", phases=selection, scope=True
     )
-    with live:
-        result = process.run(settings, on_event=live.handle)
-    view.summary(console, result.report)
-    if result.exit_code == ExitCode.OK and not run.check:
-        from gpubring import upgrade
-
-        try:
-            upgrade.record_run(inv, result.report, selection.run)
-        except OSError as exc:
-            typer.echo(
-                f"warning: could not update {upgrade.record_path(inv.root)}: {exc.strerror or exc}", err=True
-            )
-    if run.json_report is not None:
-        try:
-            report.write_copy(result.report, run.json_report)
-        except OSError as exc:
-            typer.echo(f"error: --json {run.json_report}: {exc.strerror or exc}", err=True)
-    raise typer.Exit(code=int(result.exit_code))
+    raise typer.Exit(code=int(outcome.exit_code))

@@ -31,6 +31,7 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
     from gpubring.commands._common import load_or_exit
     from gpubring.commands.runs import warn_orphans
     from gpubring.phases import PHASES
+    from gpubring.run import steps
 
     inv = load_or_exit(inventory)
     try:
@@ -66,5 +67,7 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
         f"upgrade to the pins: {len(plan.changing)} node(s) to change, {len(plan.releases)} release(s)",
         skip_tags=tuple(phase for phase, _ in phases.skipped),
     )
-    code = nodeops.run_steps(inv, [step], run, title=f"gpubring upgrade {inventory}", phases=phases)
-    raise typer.Exit(code=int(code))
+    outcome = steps.run_steps(
+        inv, nodeops.runs(inv, [step], run, phases), run, title=f"gpubring upgrade {inventory}", phases=phases
+    )
+    raise typer.Exit(code=int(outcome.exit_code))

@@ -93,13 +93,10 @@ def command(
     Exit 1 when a check failed, 4 when a host was unreachable, 3 when cancelled.
     """
     # Imported here: `gpubring --help` must not load the inventory model, rich's live view or ansible.
-    from rich.console import Console
-
-    from gpubring import report as run_report
-    from gpubring import runstore, view
+    from gpubring import view
     from gpubring.commands.runs import warn_orphans
-    from gpubring.phases import PHASES, PhaseError, resolve_pattern, select_phases
-    from gpubring.run import process
+    from gpubring.phases import PHASES, PhaseError, PhaseSelection, resolve_pattern, select_phases
+    from gpubring.run import steps
     from gpubring.run.settings import RunSettings
 
     inv = load_or_exit(inventory)
@@ -141,27 +138,26 @@ def command(
         serial=str(inv.settings["gpubring_serial"]),
         options=run,
     )
-    console = Console(highlight=False)
-    live = view.RunView(console)
-    mode = " (check mode)" if run.check else ""
-    partial = runstore.partial_by(limit=limit, tags=run.tags, skip_tags=run.skip_tags, phases="")
-    live.intro(f"gpubring verify {inventory}{mode}", selection.run, (), check=run.check, partial=partial)
-    with live:
-        result = process.run(settings, on_event=live.handle)
-    view.summary(console, result.report)
-    if run.json_report is not None:
-        try:
-            run_report.write_copy(result.report, run.json_report)
-        except OSError as exc:
-            typer.echo(f"error: --json {run.json_report}: {exc.strerror or exc}", err=True)
-    if report is not None:
+    console = view.console()
+    step = steps.Step(settings)
+    outcome = steps.run_steps(
+        inv,
+        [step],
+        run,
+        title=f"gpubring verify {inventory}",
+        phases=PhaseSelection(run=selection.run, skipped=()),
+        scope=True,
+        console=console,
+    )
+    result = outcome.last
+    if report is not None and result is not None:
         try:
             written = write_conformance(report, result.report, result.run_folder, inv)
         except OSError as exc:
             typer.echo(f"error: --report {report}: {exc.strerror or exc}", err=True)
         else:
             console.print(f"Conformance evidence: {', '.join(str(p) for p in written)}")
-    raise typer.Exit(code=int(result.exit_code))
+    raise typer.Exit(code=int(outcome.exit_code))
 
 
 def write_conformance(folder: Path, run_data: Any, run_folder: Path, inv: Any) -> list[Path]:

@@ -1,5 +1,6 @@
 """The ansible-runner wrapper: one run of a playbook (or of the phases asked for) on an inventory.
 
+    steps        the executor: every verb that runs playbooks, through run_steps (view, summary, --json)
     settings     RunSettings (what to run, where, with the operator's RunOptions) and RunResult
     process      run(): ansible-runner started on the run folder, the signals that cancel it, the report
     session      the callbacks ansible-runner calls (events, status, cancel) and the RunState they fold
