@@ -8,6 +8,9 @@ rendering tests call that same lookup plugin here, with the variables Ansible gi
 DataLoader + InventoryManager + VariableManager over the inventory, playbooks/platform.yml loaded as a
 Play (so role defaults and vars, group_vars precedence and the collection's vars plugin
 gpubring.core.defaults are Ansible's), and Ansible's sandboxed Templar. Nothing of Jinja is copied here.
+The three templates' results are assembled into the release, and the release completed with the
+engine's and the site's defaults, by the helm role's own filter plugin (plugins/filter/helm_release.py),
+which the run calls too.
 
 Two differences from a run, both on purpose:
 - Lookups do not run (a `lookup('pipe', ...)` in an inventory value would run a command on the
@@ -55,7 +58,6 @@ __all__ = [
 ]
 
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_INTERNAL = ("enabled", "values_overrides")
 RUN_TIME = "rendered at run time"
 
 
@@ -527,42 +529,37 @@ def _bool(value: Any) -> bool:
     return bool(boolean(value, strict=False))
 
 
-def _merge(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
-    """combine(recursive=true), as role_releases.yml merges values_overrides over the values."""
-    out = dict(left)
-    for key, value in right.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
+_FILTERS = "ansible_collections.gpubring.core.plugins.filter"
+
+
+def _release_filters() -> Any:
+    """The helm role's filter plugin that assembles and completes a release (plugins/filter/
+    helm_release.py): the one place a run and `plan` both do it. Ansible's collection loader is set up
+    by host_variables before a release is rendered."""
+    return importlib.import_module(f"{_FILTERS}.helm_release")
 
 
 def render_release(
     role: str, release_id: str, variables: Variables, helm_defaults: Mapping[str, Any]
 ) -> Release | None:
-    """One release as roles/helm/tasks/role_release.yml renders and assembles it."""
+    """One release as roles/helm/tasks/role_release.yml renders and assembles it (the same filter,
+    gpubring.core.helm_release_assemble, over the same three templates)."""
     folder = paths.roles_dir() / role / "templates" / "releases" / release_id
     where = f"roles/{role}/templates/releases/{release_id}"
+    filters = _release_filters()
     try:
         head = variables.render_yaml(folder / "release.yml.j2")
         if not isinstance(head, Mapping):
             raise ReleaseRenderError(f"{where}/release.yml.j2", "expected a mapping (the release)")
         if not _bool(head.get("enabled", True)):
             return None
-        values = variables.render_yaml(folder / "values.yml.j2") or {}
-        if not isinstance(values, Mapping):
-            raise ReleaseRenderError(f"{where}/values.yml.j2", "expected a mapping (the chart's values)")
-        values = _merge(values, head.get("values_overrides") or {})
-        objects = variables.render_yaml(folder / "manifests.yml.j2") or {}
-        if not isinstance(objects, Mapping):
-            raise ReleaseRenderError(
-                f"{where}/manifests.yml.j2", "expected {pre_manifests: [...], manifests: [...]}"
-            )
-        merged = {**helm_defaults, **{k: v for k, v in head.items() if k not in _INTERNAL}}
-        merged["values"] = values
-        merged["pre_manifests"] = list(objects.get("pre_manifests") or [])
-        merged["manifests"] = list(objects.get("manifests") or [])
+        values = variables.render_yaml(folder / "values.yml.j2")
+        objects = variables.render_yaml(folder / "manifests.yml.j2")
+        try:
+            assembled = filters.helm_release_assemble(head, values, objects)
+        except filters.ReleaseShapeError as exc:
+            raise ReleaseRenderError(f"{where}/{exc.template}", exc.message) from None
+        merged = filters.helm_release_complete(assembled, {}, helm_defaults)
         for key in (
             ("name", "namespace") if not merged.get("chart") else ("name", "chart", "version", "namespace")
         ):
@@ -606,9 +603,6 @@ def _assemble(role: str, merged: Mapping[str, Any], variables: Variables) -> Rel
     )
 
 
-_FILTERS = "ansible_collections.gpubring.core.plugins.filter"
-
-
 def _waits(
     name: str,
     merged: Mapping[str, Any],
@@ -639,7 +633,7 @@ def _release_defaults(variables: Variables) -> dict[str, Any]:
     """The fields a release leaves out: the site's helm_release_defaults over the engine's own
     (roles/helm/vars/main.yml __helm_release_fields), as the helm role combines them."""
     engine = variables.get("__helm_release_fields") or {}
-    return {**engine, **(variables.get("helm_release_defaults") or {})}
+    return dict(_release_filters().helm_release_complete({}, engine, variables.get("helm_release_defaults")))
 
 
 def role_releases(role: str, variables: Variables) -> list[Release]:
@@ -680,7 +674,7 @@ def _extra_releases(variables: Variables) -> list[Release]:
         where = f"helm_releases[{index}]"
         if not isinstance(extra, Mapping):
             raise ReleaseRenderError(where, "expected a mapping (a release)")
-        merged = {**helm_defaults, **extra}
+        merged = _release_filters().helm_release_complete(extra, {}, helm_defaults)
         for key in ("name", "chart", "version", "namespace"):
             if not merged.get(key):
                 raise ReleaseRenderError(where, f"expected a non-empty {key}")
