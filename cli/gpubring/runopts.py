@@ -4,7 +4,6 @@ only yamlfile from gpubring, and that inside the parsing functions: `gpubring --
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,22 +72,27 @@ def _shorten(text: str, limit: int = 40) -> str:
 
 
 def _key_values(text: str) -> dict[str, str]:
+    """KEY=VALUE words split by Ansible's own parse_kv, as `ansible-playbook -e` splits them (quotes,
+    backslash escapes, a Jinja2 expression with spaces kept whole). A word without `=`, which Ansible
+    would turn into a variable named _raw_params, and a key that is no variable name are refused."""
+    from ansible.errors import AnsibleError
+    from ansible.parsing.splitter import parse_kv
+
     try:
-        tokens = shlex.split(text)
-    except ValueError as exc:
-        raise ExtraVarsError(f"-e: cannot split {_shorten(text)!r}: {exc}") from None
-    if not tokens:
+        parsed = parse_kv(text)
+    except AnsibleError:  # its message repeats the whole value, which may be a secret
+        raise ExtraVarsError(
+            f"-e: cannot split {_shorten(text)!r}: an unbalanced quote or Jinja2 block"
+        ) from None
+    raw = parsed.pop("_raw_params", None)
+    words = [*str(raw or "").split()[:1], *(key for key in parsed if not str(key).isidentifier())]
+    if words:
+        raise ExtraVarsError(
+            f"-e: {_shorten(words[0], 20)!r} is not KEY=VALUE (KEY a variable name), a JSON mapping or @file"
+        )
+    if not parsed:
         raise ExtraVarsError("-e: empty value; expected KEY=VALUE, a JSON mapping or @file")
-    values: dict[str, str] = {}
-    for token in tokens:
-        key, sep, value = token.partition("=")
-        if not sep or not key.isidentifier():
-            shown = key if sep else _shorten(token, 20)
-            raise ExtraVarsError(
-                f"-e: {shown!r} is not KEY=VALUE (KEY a variable name), a JSON mapping or @file"
-            )
-        values[key] = value
-    return values
+    return {str(key): str(value) for key, value in parsed.items()}
 
 
 def _extra_vars_file(path: Path, base: Path | None) -> ExtraVarsSource:
