@@ -14,7 +14,7 @@ import typer
 
 from gpubring.commands._common import json_target
 from gpubring.exitcodes import ExitCode
-from gpubring.options import InventoryArg, Limit
+from gpubring.options import ExtraVars, InventoryArg, Limit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -42,6 +42,7 @@ def command(
     inventory: InventoryArg,
     *,
     limit: Limit = None,
+    extra_vars: ExtraVars = None,
     json_out: JsonOut = None,
     accept_new_host_keys: AcceptNew = False,
     timeout: Timeout = 10.0,
@@ -55,7 +56,12 @@ def command(
     from gpubring.yamlfile import YamlError
 
     inv = load_or_exit(inventory)
-    hosts = probe.select_hosts(inv, limit)
+    overrides = _extra_vars(extra_vars or [])
+    try:
+        hosts = probe.select_hosts(inv, limit)
+    except probe.LimitError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     if not hosts:
         typer.echo(f"error: --limit {limit!r} matches no host of {inventory}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
@@ -65,7 +71,7 @@ def command(
         timeout=timeout, parallel=parallel, accept_new_host_keys=accept_new_host_keys
     )
     try:
-        targets = [probe.target_for(h) for h in hosts]
+        targets = [probe.target_for(h, overrides) for h in hosts]
     except probe.SshConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
@@ -93,6 +99,26 @@ def command(
                 raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     if not all(r.ok for r in results):
         raise typer.Exit(code=ExitCode.UNREACHABLE)
+
+
+def _extra_vars(args: list[str]) -> dict[str, Any]:
+    """-e as `gpubring up` parses it, merged as Ansible merges it (a later key replaces); its
+    ansible_* connection variables beat the inventory's, as in a run."""
+    from gpubring.runopts import ExtraVarsError, parse_extra_vars
+
+    merged: dict[str, Any] = {}
+    try:
+        for source in parse_extra_vars(args):
+            if isinstance(source, Path):
+                raise ExtraVarsError(
+                    f"-e @{source}: vault-encrypted (or holds !vault/!unsafe values); gpubring check "
+                    "cannot read it: pass the connection variables it sets as KEY=VALUE"
+                )
+            merged.update(source)
+    except ExtraVarsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+    return merged
 
 
 def _mark(value: bool | None) -> str:
