@@ -7,7 +7,8 @@ never with a hand-written expectation:
 - host patterns: the hosts `check --limit X` probes against `InventoryManager.subset(X)` then
   `get_hosts('all')`, which is what `ansible-playbook --limit X` leaves to a play on `all`;
 - inventory merging and the connection variables: where probe.py connects (address, port, user, key
-  file, known_hosts files, StrictHostKeyChecking, ProxyJump hops, ProxyCommand) against the ssh
+  file, known_hosts files, StrictHostKeyChecking, ProxyJump hops, ProxyCommand; ssh config Host
+  patterns with `!`, `Match host`/`originalhost`, `Include`) against the ssh
   command line a real ansible-playbook builds for that host, resolved by OpenSSH itself: the
   playbook runs with its ssh executable replaced by `ssh -G`, which prints what ssh would do;
 - `-e`: runopts.parse_extra_vars (what `up` and `check` accept) against ansible.utils.vars'
@@ -236,6 +237,8 @@ def ssh_config(tmp_path: Path) -> Path:
         "Host db-2\n  HostName 10.0.0.6\n  ProxyJump gw2\n"
         f"Host db-9\n  Include {tmp_path}/db9.conf\n  HostName 10.0.0.9\n"
         "Host both\n  ProxyCommand nc x 22\n  ProxyJump gw1\n"
+        "Match host 10.0.0.5\n  UserKnownHostsFile /k/matched-host\n"
+        "Match originalhost gpu-6\n  HostName 10.6.6.6\n"
         "Host *.lan\n  StrictHostKeyChecking accept-new\n"
         "Host *.lab\n  StrictHostKeyChecking no\n"
         f'Host *\n  UserKnownHostsFile {tmp_path}/known_a "{tmp_path}/known b"\n'
@@ -303,6 +306,10 @@ def test_connection_matches_ansibles_ssh_command(tmp_path: Path, ssh_config: Pat
     assert sorted(views) == sorted(inv.hosts)
     for name, host in inv.hosts.items():
         assert_same_route(probe.target_for(host), views[name], ssh_config)
+    # The cases are live in Ansible's answer: Match host / originalhost, Include, ProxyCommand first.
+    assert views["cp-1"]["userknownhostsfile"] == ["/k/matched-host"]
+    assert (views["gpu-6"]["hostname"], views["gpu-5"]["hostname"]) == (["10.6.6.6"], ["10.7.0.7"])
+    assert views["gpu-2"]["proxycommand"] == ["nc x 22"] and "proxyjump" not in views["gpu-2"]
 
 
 def test_extra_vars_override_the_inventory_in_both(tmp_path: Path, ssh_config: Path) -> None:
