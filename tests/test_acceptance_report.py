@@ -89,7 +89,10 @@ def _report(state: events.RunState, folder: Path, started: datetime = START) -> 
 
 def _summary(doc: dict[str, Any]) -> list[str]:
     out = io.StringIO()
-    view.summary(Console(file=out, width=1000, force_terminal=False, color_system=None), doc)
+    view.summary(
+        Console(file=out, width=1000, force_terminal=False, color_system=None),
+        report.RunReport.from_json(doc),
+    )
     return out.getvalue().splitlines()
 
 
@@ -244,7 +247,7 @@ def test_the_summary_says_each_verdict_after_the_reboots(tmp_path: Path) -> None
     start = lines.index(SUMMARY_LINES[0])
     assert lines[start - 1].startswith("reboot needed (x): gpu-2")
     assert lines[start + 3].startswith("failed (exit 1)")
-    styles = [line.style for line in view.acceptance_lines(doc)]
+    styles = [line.style for line in view.acceptance_lines(report.RunReport.from_json(doc))]
     assert styles == ["green", "bold red", "yellow"]
 
 

@@ -219,7 +219,7 @@ def test_report_and_summary_say_which_hosts_may_still_be_busy(tmp_path: Path) ->
     assert doc["cancel_wait"]["outcome"] == "stopped"
     assert doc["cancel_wait"]["hosts"]["gpu-1"]["outcome"] == "stopped"
     out = Console(width=300, file=io.StringIO())
-    view.summary(out, json.loads(json.dumps(doc)))
+    view.summary(out, report.RunReport.from_json(json.loads(report.dumps(doc))))
     assert isinstance(out.file, io.StringIO)
     lines = out.file.getvalue().splitlines()
     assert "after the cancel: stopped waiting (SIGINT received) after 3 s: gpu-1 may still be busy" in lines
@@ -302,7 +302,8 @@ def test_with_the_timeout_at_0_the_cancel_names_the_host_and_does_not_wait(tmp_p
     result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert CancelWait(hosts={"node1": "Wait for the cancel"}, timeout_s=0) in seen
-    wait = result.report["cancel_wait"]
+    wait = result.report.cancel_wait
+    assert wait is not None
     assert (wait["outcome"], wait["hosts"]["node1"]["outcome"]) == ("not_waited", "not_waited")
     assert not list(result.run_folder.glob("artifacts/*-wait"))  # no second run
 
@@ -337,9 +338,9 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
     )
     result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
-    if result.report["options"]["strategy"] == MITOGEN_STRATEGY:
+    if result.report.options["strategy"] == MITOGEN_STRATEGY:
         assert [name for name in during if name.startswith(MITOGEN_SOCKET_PREFIX)], during
-    assert result.report["cancel_wait"]["hosts"]["node1"]["task"] == "Wait for the cancel"
+    assert result.report.to_json()["cancel_wait"]["hosts"]["node1"]["task"] == "Wait for the cancel"
     assert list(result.run_folder.glob("artifacts/*-wait/command"))
     assert list(systmp.iterdir()) == []
     assert list((result.run_folder / "vars").glob(f"{EXTRA_VARS_PREFIX}*")) == []

@@ -193,23 +193,26 @@ def test_summary_lists_the_failures_tasks_let_pass() -> None:
     from rich.console import Console
 
     from gpubring import view
+    from gpubring.report import RunReport
 
     console = Console(record=True, width=200, color_system=None)
     view.summary(
         console,
-        {
-            "stats": {"cp1": {"ok": 5, "ignored": 1}},
-            "ignored": [
-                {
-                    "host": "cp1",
-                    "task": "Download and verify (sha256) Helm 3.19.0",
-                    "role": "helm",
-                    "message": "Request failed: <urlopen error [Errno -3] name resolution>\nmore",
-                }
-            ],
-            "status": "ok",
-            "exit_code": 0,
-        },
+        RunReport.from_json(
+            {
+                "stats": {"cp1": {"ok": 5, "ignored": 1}},
+                "ignored": [
+                    {
+                        "host": "cp1",
+                        "task": "Download and verify (sha256) Helm 3.19.0",
+                        "role": "helm",
+                        "message": "Request failed: <urlopen error [Errno -3] name resolution>\nmore",
+                    }
+                ],
+                "status": "ok",
+                "exit_code": 0,
+            }
+        ),
     )
     out = console.export_text()
     assert "1 failure(s) let pass by their task (ignore_errors):" in out

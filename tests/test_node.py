@@ -218,15 +218,15 @@ def test_the_node_playbooks_refuse_the_first_control_plane(
 ) -> None:
     result = _run_playbook(local_inventory, playbook, limit)
     assert result.exit_code == ExitCode.TASK_FAILED
-    failures = result.report["failures"]
+    failures = result.report.failures
     assert failures, result.report
     assert all(
-        f["task"] == "Refuse a run without --limit, or one that includes the first control plane"
+        f.task == "Refuse a run without --limit, or one that includes the first control plane"
         for f in failures
     )
-    assert message in failures[0]["message"]
+    assert message in failures[0].message
     # The guard is the first task: no host ran anything else.
-    assert all(row["ok"] == 0 and row["changed"] == 0 for row in result.report["stats"].values())
+    assert all(row.ok == 0 and row.changed == 0 for row in result.report.stats.values())
 
 
 @pytest.mark.skipif(ADMIN_CONF.exists(), reason=f"{ADMIN_CONF} exists: this machine runs a cluster")

@@ -155,7 +155,7 @@ def test_check_and_ansible_reach_the_host_by_the_same_route(site: Site, route: s
 
     result = site.ansible(root)
     assert result.exit_code == ExitCode.OK, result.report
-    assert result.report["stats"]["node"]["ok"] == 1
+    assert result.report.stats["node"].ok == 1
     assert site.forwarded() == after_check + (route in THROUGH_JUMP)
 
 
@@ -175,8 +175,8 @@ def test_check_and_ansible_refuse_a_changed_host_key(site: Site, route: str, tmp
 
     result = site.ansible(root)
     assert result.exit_code == ExitCode.UNREACHABLE, result.report
-    assert result.report["stats"]["node"]["unreachable"] == 1
-    assert "host key" in json.dumps(result.report["failures"]).lower()
+    assert result.report.stats["node"].unreachable == 1
+    assert "host key" in json.dumps(result.report.to_json()["failures"]).lower()
 
 
 def test_a_changed_jump_host_key_is_refused_and_named(site: Site) -> None:

@@ -43,7 +43,9 @@ def _report(state: events.RunState, tmp_path: Path) -> dict[str, Any]:
 
 def _summary(doc: dict[str, Any]) -> str:
     out = io.StringIO()
-    view.summary(Console(file=out, width=400, force_terminal=False, color_system=None), doc)
+    view.summary(
+        Console(file=out, width=400, force_terminal=False, color_system=None), report.RunReport.from_json(doc)
+    )
     return out.getvalue()
 
 

@@ -136,7 +136,7 @@ def test_the_playbook_refuses_a_run_without_confirmation(tmp_path: Path) -> None
         )
     )
     assert result.exit_code == ExitCode.TASK_FAILED
-    [failure] = result.report["failures"]
-    assert failure["task"] == "Refuse a reset without confirmation"
-    assert "Confirm with -e reset_confirm=yes" in failure["message"]
-    assert all(row["changed"] == 0 for row in result.report["stats"].values())
+    [failure] = result.report.failures
+    assert failure.task == "Refuse a reset without confirmation"
+    assert "Confirm with -e reset_confirm=yes" in failure.message
+    assert all(row.changed == 0 for row in result.report.stats.values())

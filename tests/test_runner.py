@@ -241,7 +241,7 @@ def test_real_run_of_the_mixed_playbook(local_inventory: Path, monkeypatch: pyte
     )
     assert result.exit_code == ExitCode.TASK_FAILED
     assert result.status == "failed"
-    data = result.report
+    data = result.report.to_json()
     assert set(report.REPORT_FIELDS) <= set(data)
     assert data["stats"]["node1"] == {
         "ok": 2,
@@ -313,8 +313,8 @@ def test_defaults_rank_below_inventory_group_vars_and_runs_rotate(local_inventor
         )
     )
     assert result.exit_code == ExitCode.OK, result.report
-    assert result.report["stats"]["node1"]["ok"] == 1
-    assert result.report["options"]["strategy"] == "linear"
+    assert result.report.stats["node1"].ok == 1
+    assert result.report.options["strategy"] == "linear"
     # The defaults and the matrix come from the collection's vars plugin, not from files gpubring writes.
     assert not (result.run_folder / "inventory").exists()
     assert [p.name for p in runstore.run_folders(base)] == [old[1].name, old[2].name, result.run_folder.name]
@@ -332,7 +332,7 @@ def test_cancel_stops_the_run_and_its_workers(local_inventory: Path, accelerate:
     result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
     assert result.status == "cancelled"
-    stopped = result.report["stopped_at"]
+    stopped = result.report.to_json()["stopped_at"]
     assert stopped["play"] == "Wait to be cancelled"
     assert stopped["hosts"]["node1"] == {
         "phase": "",
@@ -362,9 +362,9 @@ def test_unreachable_host_outranks_a_failed_task(tmp_path: Path) -> None:
     shutil.copy(DATA / "inventories" / "record.yml", root / "hosts.yml")
     result = process.run(settings_for(root, "mixed.yml"))
     assert result.exit_code == ExitCode.UNREACHABLE
-    assert result.report["status"] == "unreachable"
-    assert result.report["stats"]["nobody"]["unreachable"] == 1
-    assert result.report["stats"]["localhost"]["failed"] == 1
-    unreachable = [f for f in result.report["failures"] if f["status"] == "unreachable"]
-    assert [(f["host"], f["task"]) for f in unreachable] == [("nobody", "Change something")]
-    assert "Connection refused" in unreachable[0]["message"]
+    assert result.report.status == "unreachable"
+    assert result.report.stats["nobody"].unreachable == 1
+    assert result.report.stats["localhost"].failed == 1
+    unreachable = [f for f in result.report.failures if f.status == "unreachable"]
+    assert [(f.host, f.task) for f in unreachable] == [("nobody", "Change something")]
+    assert "Connection refused" in unreachable[0].message

@@ -193,7 +193,7 @@ def test_a_killed_run_leaves_its_vars_under_the_run_folder_and_the_next_start_cl
         seen: list[Event] = []
         result = process.run(settings_for(local_inventory, "mixed.yml"), on_event=seen.append)
         note = f"removed 1 -e file(s) left by killed run(s): {folder.name}"
-        assert note in result.report["notices"]
+        assert note in result.report.notices
         assert Notice(note) in seen
         assert holding(folder, SECRET) == []
 

@@ -60,7 +60,7 @@ def test_a_release_run_leaves_no_value_in_its_events_or_run_folder(tmp_path: Pat
     events = list(result.run_folder.rglob("job_events/*.json"))
     assert events, f"no job events in {result.run_folder}"
     text = "".join(e.read_text() for e in events)
-    assert result.report["stats"]["node1"]["failed"] == 0, result.report
+    assert result.report.stats["node1"].failed == 0, result.report
     # The engine got the releases: check mode says what it would apply for each.
     assert "site-app would be" in text and "gpu-operator would be" in text
     leaked = [

@@ -1,6 +1,9 @@
 """The run report: one JSON document per run, written to <run folder>/report.json (and --json PATH).
 
-Built from the same RunState the live view shows. Fields (REPORT_FIELDS) and their meaning:
+Built from the same RunState the live view shows, as a typed RunReport (frozen dataclasses: per-host
+HostCounts, Failures, where a cancelled run stopped, reboots, acceptance verdicts); `to_json()` gives
+the document written to disk and `RunReport.from_json()` reads one back, an older one with missing
+fields included (`gpubring runs`). Fields (REPORT_FIELDS) and their meaning:
 
 - command, inventory (its folder), hosts_file, run_folder, playbook: what ran where;
 - started, ended (UTC ISO 8601), duration_s;
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from gpubring import __version__
-from gpubring.events import HostCounts, RunState
+from gpubring.events import AcceptanceCheck, AcceptanceVerdict, Failure, HostCounts, RunState
 from gpubring.exitcodes import ExitCode
 from gpubring.runstore import REPORT_NAME, write_private
 
@@ -116,74 +119,338 @@ def outcome(state: RunState, ansible_rc: int | None) -> tuple[str, ExitCode]:
     return "ok", ExitCode.OK
 
 
-def totals(counts: Mapping[str, HostCounts]) -> dict[str, int]:
-    summed = {key: 0 for key in HostCounts().as_dict()}
+def totals(counts: Mapping[str, HostCounts]) -> HostCounts:
+    summed = dict.fromkeys(HostCounts().as_dict(), 0)
     for row in counts.values():
         for key, value in row.as_dict().items():
             summed[key] += value
-    return summed
+    return HostCounts(**summed)
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The phases run, in order, and those skipped with the reason."""
+
+    run: tuple[str, ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StoppedHost:
+    """A host's last task when a cancelled run stopped; `finished`: that task was over."""
+
+    phase: str = ""
+    play: str = ""
+    task: str = ""
+    role: str = ""
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class StoppedAt:
+    """Where a cancelled run was: the phase and play, and each host's last task."""
+
+    phase: str = ""
+    play: str = ""
+    hosts: Mapping[str, StoppedHost] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RebootPending:
+    """A reboot a host needs that the run did not do: the reasons, and why not."""
+
+    reasons: tuple[str, ...] = ()
+    because: str = ""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """One run's report (the module's docstring says each field). Built by `of`, written by
+    `to_json`, read back by `from_json`."""
+
+    gpubring_version: str = ""
+    command: str = ""
+    inventory: str = ""
+    hosts_file: str = ""
+    run_folder: str = ""
+    playbook: str = ""
+    started: str = ""
+    ended: str = ""
+    duration_s: float = 0
+    status: str = "?"
+    exit_code: int | None = None
+    ansible_rc: int | None = None
+    phases: Phases = field(default_factory=Phases)
+    stats: Mapping[str, HostCounts] = field(default_factory=dict)
+    totals: HostCounts = field(default_factory=HostCounts)
+    failures: tuple[Failure, ...] = ()
+    ignored: tuple[Failure, ...] = ()
+    stopped_at: StoppedAt | None = None
+    # The wait after a cancel, as events.CancelWaitState.as_dict() gives it (the live view draws the same).
+    cancel_wait: Mapping[str, Any] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    check: bool = False
+    partial: tuple[str, ...] = ()
+    hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    rebooted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reboot_pending: Mapping[str, RebootPending] = field(default_factory=dict)
+    acceptance: Mapping[str, AcceptanceVerdict] = field(default_factory=dict)
+    errors: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, state: RunState, meta: RunMeta) -> RunReport:
+        """The report of a run from the events it folded and what the runner knows of it."""
+        status, code = outcome(state, meta.ansible_rc)
+        counts = state.host_counts()
+        stopped = state.stopped_at() if state.cancelled else None
+        return cls(
+            gpubring_version=__version__,
+            command=meta.command,
+            inventory=str(meta.inventory),
+            hosts_file=str(meta.hosts_file),
+            run_folder=str(meta.run_folder),
+            playbook=meta.playbook,
+            started=meta.started.isoformat(),
+            ended=meta.ended.isoformat(),
+            duration_s=round((meta.ended - meta.started).total_seconds(), 3),
+            status=status,
+            exit_code=int(code),
+            ansible_rc=meta.ansible_rc,
+            phases=Phases(tuple(meta.phases_run), tuple(meta.phases_skipped)),
+            stats=dict(counts),
+            totals=totals(counts),
+            failures=tuple(state.final_failures()),
+            ignored=tuple(state.ignored),
+            stopped_at=_stopped_at(stopped) if stopped is not None else None,
+            cancel_wait=state.cancel_wait.as_dict() if state.cancel_wait is not None else None,
+            options=dict(meta.options),
+            check=bool(meta.options.get("check", False)),
+            partial=tuple(meta.partial),
+            hardware={host: dict(summary) for host, summary in sorted(state.hardware.items())},
+            rebooted={host: tuple(reasons) for host, reasons in sorted(state.rebooted.items())},
+            reboot_pending={
+                host: RebootPending(tuple(reasons), because)
+                for host, (reasons, because) in sorted(state.reboot_pending.items())
+            },
+            acceptance=dict(sorted(state.acceptance.items())),
+            errors=tuple(state.errors),
+            notices=tuple(state.notices),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as report.json holds it: REPORT_FIELDS, in that order."""
+        stopped = self.stopped_at
+        return {
+            "gpubring_version": self.gpubring_version,
+            "command": self.command,
+            "inventory": self.inventory,
+            "hosts_file": self.hosts_file,
+            "run_folder": self.run_folder,
+            "playbook": self.playbook,
+            "started": self.started,
+            "ended": self.ended,
+            "duration_s": self.duration_s,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "ansible_rc": self.ansible_rc,
+            "phases": {
+                "run": list(self.phases.run),
+                "skipped": [{"phase": phase, "reason": reason} for phase, reason in self.phases.skipped],
+            },
+            "stats": {host: row.as_dict() for host, row in self.stats.items()},
+            "totals": self.totals.as_dict(),
+            "failures": [f.as_dict() for f in self.failures],
+            "ignored": [f.as_dict() for f in self.ignored],
+            "stopped_at": None
+            if stopped is None
+            else {
+                "phase": stopped.phase,
+                "play": stopped.play,
+                "hosts": {
+                    host: {
+                        "phase": where.phase,
+                        "play": where.play,
+                        "task": where.task,
+                        "role": where.role,
+                        "finished": where.finished,
+                    }
+                    for host, where in stopped.hosts.items()
+                },
+            },
+            "cancel_wait": dict(self.cancel_wait) if self.cancel_wait is not None else None,
+            "options": dict(self.options),
+            "check": self.check,
+            "partial": list(self.partial),
+            "hardware": {host: dict(summary) for host, summary in self.hardware.items()},
+            "rebooted": {host: list(reasons) for host, reasons in self.rebooted.items()},
+            "reboot_pending": {
+                host: {"reasons": list(pending.reasons), "because": pending.because}
+                for host, pending in self.reboot_pending.items()
+            },
+            "acceptance": {
+                host: {
+                    "verdict": verdict.verdict,
+                    "failed": [check.as_dict() for check in verdict.failed],
+                    "skipped": [check.as_dict() for check in verdict.skipped],
+                    "admission": verdict.admission,
+                }
+                for host, verdict in self.acceptance.items()
+            },
+            "errors": list(self.errors),
+            "notices": list(self.notices),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RunReport:
+        """A report.json read back (`gpubring runs`): what a field lacks, in an older or damaged
+        report, takes its default; entries of the wrong shape are left out."""
+        options = _mapping(data.get("options"))
+        phases = _mapping(data.get("phases"))
+        stopped = data.get("stopped_at")
+        wait = data.get("cancel_wait")
+        return cls(
+            gpubring_version=_text(data.get("gpubring_version")),
+            command=_text(data.get("command")),
+            inventory=_text(data.get("inventory")),
+            hosts_file=_text(data.get("hosts_file")),
+            run_folder=_text(data.get("run_folder")),
+            playbook=_text(data.get("playbook")),
+            started=_text(data.get("started")),
+            ended=_text(data.get("ended")),
+            duration_s=data.get("duration_s", 0),
+            status=str(data.get("status", "?")),
+            exit_code=data.get("exit_code"),
+            ansible_rc=data.get("ansible_rc"),
+            phases=Phases(
+                tuple(str(p) for p in phases.get("run") or ()),
+                tuple(
+                    (str(item.get("phase")), str(item.get("reason")))
+                    for item in phases.get("skipped") or ()
+                    if isinstance(item, Mapping)
+                ),
+            ),
+            stats={
+                str(host): _counts(row)
+                for host, row in _mapping(data.get("stats")).items()
+                if isinstance(row, Mapping)
+            },
+            totals=_counts(_mapping(data.get("totals"))),
+            failures=_failures(data.get("failures")),
+            ignored=_failures(data.get("ignored")),
+            stopped_at=_stopped_at(stopped) if isinstance(stopped, Mapping) and stopped else None,
+            cancel_wait=wait if isinstance(wait, Mapping) and wait else None,
+            options=options,
+            check=bool(data.get("check", options.get("check", False))),
+            partial=tuple(str(p) for p in data.get("partial") or ()),
+            hardware={
+                str(host): summary
+                for host, summary in _mapping(data.get("hardware")).items()
+                if isinstance(summary, Mapping)
+            },
+            rebooted={
+                str(host): tuple(str(r) for r in reasons or ())
+                for host, reasons in _mapping(data.get("rebooted")).items()
+            },
+            reboot_pending={
+                str(host): RebootPending(
+                    tuple(str(r) for r in entry.get("reasons") or ()), str(entry.get("because") or "")
+                )
+                for host, entry in _mapping(data.get("reboot_pending")).items()
+                if isinstance(entry, Mapping)
+            },
+            acceptance={
+                str(host): AcceptanceVerdict(
+                    host=str(host),
+                    verdict=entry.get("verdict"),
+                    failed=_checks(entry.get("failed")),
+                    skipped=_checks(entry.get("skipped")),
+                    admission=entry.get("admission"),
+                )
+                for host, entry in _mapping(data.get("acceptance")).items()
+                if isinstance(entry, Mapping)
+            },
+            errors=tuple(str(e) for e in data.get("errors") or ()),
+            notices=tuple(str(n) for n in data.get("notices") or ()),
+        )
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _counts(row: Mapping[str, Any]) -> HostCounts:
+    values = {}
+    for key in HostCounts().as_dict():
+        try:
+            values[key] = int(row.get(key, 0) or 0)
+        except (TypeError, ValueError):
+            values[key] = 0
+    return HostCounts(**values)
+
+
+def _failures(items: Any) -> tuple[Failure, ...]:
+    return tuple(
+        Failure(
+            host=_text(item.get("host")),
+            task=_text(item.get("task")),
+            role=_text(item.get("role")),
+            status=item.get("status") or "failed",
+            message=_text(item.get("message")),
+            phase=_text(item.get("phase")),
+            play=_text(item.get("play")),
+        )
+        for item in items or ()
+        if isinstance(item, Mapping)
+    )
+
+
+def _checks(items: Any) -> tuple[AcceptanceCheck, ...]:
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        AcceptanceCheck(name=str(item.get("name")), reason=item.get("reason"))
+        for item in items
+        if isinstance(item, Mapping)
+    )
+
+
+def _stopped_at(data: Mapping[str, Any]) -> StoppedAt:
+    hosts = {
+        str(host): StoppedHost(
+            phase=_text(where.get("phase")),
+            play=_text(where.get("play")),
+            task=_text(where.get("task")),
+            role=_text(where.get("role")),
+            finished=bool(where.get("finished")),
+        )
+        for host, where in _mapping(data.get("hosts")).items()
+        if isinstance(where, Mapping)
+    }
+    return StoppedAt(phase=_text(data.get("phase")), play=_text(data.get("play")), hosts=hosts)
 
 
 def build(state: RunState, meta: RunMeta) -> dict[str, Any]:
-    status, code = outcome(state, meta.ansible_rc)
-    counts = state.host_counts()
-    return {
-        "gpubring_version": __version__,
-        "command": meta.command,
-        "inventory": str(meta.inventory),
-        "hosts_file": str(meta.hosts_file),
-        "run_folder": str(meta.run_folder),
-        "playbook": meta.playbook,
-        "started": meta.started.isoformat(),
-        "ended": meta.ended.isoformat(),
-        "duration_s": round((meta.ended - meta.started).total_seconds(), 3),
-        "status": status,
-        "exit_code": int(code),
-        "ansible_rc": meta.ansible_rc,
-        "phases": {
-            "run": list(meta.phases_run),
-            "skipped": [{"phase": phase, "reason": reason} for phase, reason in meta.phases_skipped],
-        },
-        "stats": {host: row.as_dict() for host, row in counts.items()},
-        "totals": totals(counts),
-        "failures": [f.as_dict() for f in state.final_failures()],
-        "ignored": [f.as_dict() for f in state.ignored],
-        "stopped_at": state.stopped_at() if state.cancelled else None,
-        "cancel_wait": state.cancel_wait.as_dict() if state.cancel_wait is not None else None,
-        "options": dict(meta.options),
-        "check": bool(meta.options.get("check", False)),
-        "partial": list(meta.partial),
-        "hardware": {host: dict(summary) for host, summary in sorted(state.hardware.items())},
-        "rebooted": {host: list(reasons) for host, reasons in sorted(state.rebooted.items())},
-        "reboot_pending": {
-            host: {"reasons": list(reasons), "because": because}
-            for host, (reasons, because) in sorted(state.reboot_pending.items())
-        },
-        "acceptance": {
-            host: {
-                "verdict": verdict.verdict,
-                "failed": [check.as_dict() for check in verdict.failed],
-                "skipped": [check.as_dict() for check in verdict.skipped],
-                "admission": verdict.admission,
-            }
-            for host, verdict in sorted(state.acceptance.items())
-        },
-        "errors": list(state.errors),
-        "notices": list(state.notices),
-    }
+    """The report's JSON document (RunReport.of(...).to_json())."""
+    return RunReport.of(state, meta).to_json()
 
 
-def dumps(report: Mapping[str, Any]) -> str:
-    return json.dumps(report, indent=2, sort_keys=False) + "\n"
+def dumps(report: RunReport | Mapping[str, Any]) -> str:
+    data = report.to_json() if isinstance(report, RunReport) else report
+    return json.dumps(data, indent=2, sort_keys=False) + "\n"
 
 
-def write(report: Mapping[str, Any], run_folder: Path) -> Path:
+def write(report: RunReport | Mapping[str, Any], run_folder: Path) -> Path:
     """Write the report into its run folder (0600) and return the path."""
     path = run_folder / REPORT_NAME
     write_private(path, dumps(report))
     return path
 
 
-def write_copy(report: Mapping[str, Any], path: Path) -> None:
+def write_copy(report: RunReport | Mapping[str, Any], path: Path) -> None:
     """The --json PATH copy, 0600 like the run folder's own: it can hold Helm values."""
     write_private(path, dumps(report))

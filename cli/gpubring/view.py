@@ -6,8 +6,8 @@ above it. Elsewhere (CI logs, pipes) the same lines are printed plainly, one per
 failed or unreachable result. A cancel adds the hosts that still had a task in flight, what their
 package manager was busy with, and how the wait for it ended. When preflight has read the hosts (at
 the next play, or at the recap), the hardware summary is printed once, one line per host. The view
-folds the same events as the report (events.RunState); `summary()` renders a report dict, so
-`gpubring runs RUN` shows a past run exactly as `up` did.
+folds the same events as the report (events.RunState); `summary()` renders a report.RunReport (read
+back from report.json by `gpubring runs RUN`), so a past run shows exactly as `up` showed it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -40,6 +40,10 @@ from gpubring.events import (
     TaskStart,
     task_label,
 )
+
+if TYPE_CHECKING:
+    from gpubring.events import AcceptanceCheck, HostCounts
+    from gpubring.report import RunReport
 
 COUNT_COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped")
 HEARTBEAT_S = 30.0
@@ -126,19 +130,15 @@ def _hosts_with_reasons(items: Sequence[tuple[str, Sequence[str]]]) -> str:
     return ", ".join(f"{host} ({'; '.join(str(r) for r in reasons)})" for host, reasons in items)
 
 
-def reboot_lines(report: Mapping[str, Any]) -> list[Text]:
+def reboot_lines(report: RunReport) -> list[Text]:
     """What the reboot play did: `rebooted: host (reasons), ...`, and one line per reason it did not
     reboot: `reboot needed (gpubring_reboot_allowed is false): host1 (reasons), host2 (reasons)`."""
     lines: list[Text] = []
-    rebooted = report.get("rebooted") or {}
-    if rebooted:
-        lines.append(Text(f"rebooted: {_hosts_with_reasons(list(rebooted.items()))}", style="green"))
+    if report.rebooted:
+        lines.append(Text(f"rebooted: {_hosts_with_reasons(list(report.rebooted.items()))}", style="green"))
     by_because: dict[str, list[tuple[str, Sequence[str]]]] = {}
-    for host, pending in (report.get("reboot_pending") or {}).items():
-        if isinstance(pending, Mapping):
-            by_because.setdefault(str(pending.get("because") or ""), []).append(
-                (host, list(pending.get("reasons") or []))
-            )
+    for host, pending in report.reboot_pending.items():
+        by_because.setdefault(pending.because, []).append((host, pending.reasons))
     for because, items in by_because.items():
         head = f"reboot needed ({because})" if because else "reboot needed"
         lines.append(Text(f"{head}: {_hosts_with_reasons(items)}", style="bold yellow"))
@@ -161,14 +161,11 @@ _ACCEPTANCE_HEADS = {
 }
 
 
-def _acceptance_checks(checks: Any) -> str:
-    items = [c for c in checks if isinstance(c, Mapping)] if isinstance(checks, list) else []
-    return "; ".join(
-        f"{c.get('name')}: {c.get('reason')}" if c.get("reason") else str(c.get("name")) for c in items
-    )
+def _acceptance_checks(checks: Sequence[AcceptanceCheck]) -> str:
+    return "; ".join(f"{c.name}: {c.reason}" if c.reason else c.name for c in checks)
 
 
-def acceptance_lines(report: Mapping[str, Any]) -> list[Text]:
+def acceptance_lines(report: RunReport) -> list[Text]:
     """The gpu_acceptance verdicts: `acceptance passed: gpu-1, gpu-2`, `acceptance failed: gpu-3
     (nvlink: 2 links down; gpu_xid: Xid 79) [tainted failed]`, `acceptance measured nothing: gpu-4
     (dcgm_diag: ...; ...) [kept pending]`, the gate's admission in brackets when the role said it.
@@ -178,18 +175,16 @@ def acceptance_lines(report: Mapping[str, Any]) -> list[Text]:
     their own, so 100 nodes read as a few lines and each failed node's reasons stay on one line.
     Passed hosts list no checks."""
     groups: dict[tuple[str, str, str], list[str]] = {}
-    for host, entry in (report.get("acceptance") or {}).items():
-        if not isinstance(entry, Mapping):
-            continue
-        verdict = str(entry.get("verdict") or "")
+    for host, entry in report.acceptance.items():
+        verdict = str(entry.verdict or "")
         if verdict == "failed":
-            detail = _acceptance_checks(entry.get("failed"))
+            detail = _acceptance_checks(entry.failed)
         elif verdict == "passed":
             detail = ""
         else:
-            detail = _acceptance_checks(entry.get("skipped"))
-        admission = str(entry.get("admission") or "")
-        groups.setdefault((verdict, detail, admission), []).append(str(host))
+            detail = _acceptance_checks(entry.skipped)
+        admission = str(entry.admission or "")
+        groups.setdefault((verdict, detail, admission), []).append(host)
     order = list(_ACCEPTANCE_HEADS)
     lines: list[Text] = []
     for verdict, detail, admission in sorted(
@@ -458,7 +453,7 @@ class RunView:
 # --- the summary (from a report dict) -------------------------------------------------------------
 
 
-def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
+def summary_table(stats: Mapping[str, HostCounts]) -> Table:
     table = Table(title="per host (ansible's recap: ok includes changed)", title_justify="left")
     table.add_column("host", no_wrap=True)
     for name in COUNT_COLUMNS:
@@ -466,89 +461,73 @@ def summary_table(stats: Mapping[str, Mapping[str, int]]) -> Table:
     for host, row in stats.items():
         cells = []
         for name in COUNT_COLUMNS:
-            value = int(row.get(name, 0))
+            value = int(getattr(row, name))
             cells.append(Text(str(value), style=_STYLE[name] if value and name != "ok" else ""))
         table.add_row(host, *cells)
     return table
 
 
-def summary(console: Console, report: Mapping[str, Any]) -> None:
+def summary(console: Console, report: RunReport) -> None:
     """Print the summary of a run report: per-host table, failures, where it stopped and what the wait
     after the cancel found, the reboots done and pending, the GPU nodes' acceptance verdicts, the
     verdict."""
-    stats = report.get("stats") or {}
-    if stats:
-        console.print(summary_table(stats))
+    if report.stats:
+        console.print(summary_table(report.stats))
     else:
         console.print(Text("no host ran a task", style="dim"))
-    failures = report.get("failures") or []
-    if failures:
-        console.print(Text(f"{len(failures)} failure(s):", style="bold red"))
-        for failure in failures:
-            where = " / ".join(p for p in (failure.get("phase"), failure.get("play")) if p)
-            head = Text(f"  {failure.get('status', 'failed').upper()} ", style="bold red")
-            head.append(
-                f"{failure.get('host')}: {task_label(failure.get('task', ''), failure.get('role', ''))}"
-            )
+    if report.failures:
+        console.print(Text(f"{len(report.failures)} failure(s):", style="bold red"))
+        for failure in report.failures:
+            where = " / ".join(p for p in (failure.phase, failure.play) if p)
+            head = Text(f"  {failure.status.upper()} ", style="bold red")
+            head.append(f"{failure.host}: {task_label(failure.task, failure.role)}")
             if where:
                 head.append(f"  ({where})", style="dim")
             console.print(head)
-            console.print(Text(f"    {failure.get('message', '')}"))
-    ignored = report.get("ignored") or []
-    if ignored:
+            console.print(Text(f"    {failure.message}"))
+    if report.ignored:
         # In check mode these are what could not be checked (a repository out of reach, for example).
         console.print(
-            Text(f"{len(ignored)} failure(s) let pass by their task (ignore_errors):", style="yellow")
+            Text(f"{len(report.ignored)} failure(s) let pass by their task (ignore_errors):", style="yellow")
         )
-        for item in ignored:
-            label = task_label(item.get("task", ""), item.get("role", ""))
-            message = str(item.get("message", "")).splitlines()[0][:160] if item.get("message") else ""
-            console.print(Text(f"  {item.get('host')}: {label}: {message}", style="dim"))
-    for error in report.get("errors") or []:
+        for item in report.ignored:
+            label = task_label(item.task, item.role)
+            message = item.message.splitlines()[0][:160] if item.message else ""
+            console.print(Text(f"  {item.host}: {label}: {message}", style="dim"))
+    for error in report.errors:
         console.print(Text(error, style="red"))
-    stopped = report.get("stopped_at")
+    stopped = report.stopped_at
     if stopped:
         console.print(
-            Text(
-                f"stopped in phase {stopped.get('phase') or '-'}, play {stopped.get('play') or '-'}:",
-                style="bold yellow",
-            )
+            Text(f"stopped in phase {stopped.phase or '-'}, play {stopped.play or '-'}:", style="bold yellow")
         )
-        for host, where in (stopped.get("hosts") or {}).items():
-            state = "after" if where.get("finished") else "during"
-            console.print(
-                Text(f"  {host}: {state} {task_label(where.get('task', ''), where.get('role', ''))}")
-            )
-    for wait_line in cancel_wait_lines(report.get("cancel_wait")):
+        for host, last in stopped.hosts.items():
+            state = "after" if last.finished else "during"
+            console.print(Text(f"  {host}: {state} {task_label(last.task, last.role)}"))
+    for wait_line in cancel_wait_lines(report.cancel_wait):
         console.print(wait_line, soft_wrap=True)
     for reboot_line in reboot_lines(report):
         console.print(reboot_line)
     for acceptance_line in acceptance_lines(report):
         # One line each however long, so that `grep 'acceptance failed'` finds a node and its reasons.
         console.print(acceptance_line, soft_wrap=True)
-    skipped = (report.get("phases") or {}).get("skipped") or []
-    pairs = [(str(item.get("phase")), str(item.get("reason"))) for item in skipped]
-    for line in skipped_lines(pairs, "skipped"):
+    for line in skipped_lines(report.phases.skipped, "skipped"):
         console.print(Text(line, style="dim"))
-    totals = report.get("totals") or {}
+    totals = report.totals
     verdict = Text()
-    status = str(report.get("status", "?"))
-    check = bool(report.get("check", (report.get("options") or {}).get("check", False)))
-    changed = (
-        f"would change {totals.get('changed', 0)} (check mode)"
-        if check
-        else f"changed {totals.get('changed', 0)}"
-    )
-    verdict.append(f"{status} (exit {report.get('exit_code')})", style="bold " + _verdict_style(status))
+    changed = f"would change {totals.changed} (check mode)" if report.check else f"changed {totals.changed}"
     verdict.append(
-        f" · {len(stats)} host(s) · {changed} · failed {totals.get('failed', 0)}"
-        f" · unreachable {totals.get('unreachable', 0)} · {report.get('duration_s', 0)} s"
+        f"{report.status} (exit {report.exit_code})", style="bold " + _verdict_style(report.status)
     )
-    if report.get("partial"):
-        verdict.append(f" · partial: {', '.join(str(p) for p in report['partial'])}", style="dim")
+    verdict.append(
+        f" · {len(report.stats)} host(s) · {changed} · failed {totals.failed}"
+        f" · unreachable {totals.unreachable} · {report.duration_s} s"
+    )
+    if report.partial:
+        verdict.append(f" · partial: {', '.join(report.partial)}", style="dim")
     console.print(verdict)
-    if report.get("run_folder"):
-        console.print(Text(f"run folder: {report['run_folder']}", style="dim"))
+    if report.run_folder:
+        console.print(Text(f"run folder: {report.run_folder}", style="dim"))
 
 
 def _verdict_style(status: str) -> str:

@@ -71,6 +71,7 @@ def command(
     from rich.console import Console
 
     from gpubring import runstore, view
+    from gpubring.report import RunReport
 
     if not inventory.exists():
         typer.echo(f"error: {inventory}: no such inventory folder or file", err=True)
@@ -101,9 +102,10 @@ def command(
         console.print(f"{record.name}: no report (the run is still going or was killed)")
     else:
         console.print(f"run {record.name}: gpubring {record.command}, started {record.started}")
-        for line in view.hardware_lines(record.report.get("hardware") or {}):
+        past = RunReport.from_json(record.report)
+        for line in view.hardware_lines(past.hardware):
             console.print(line)
-        view.summary(console, record.report)
+        view.summary(console, past)
 
 
 def _kill_orphans(root: Path) -> None:

@@ -152,7 +152,7 @@ def command(
     result = outcome.last
     if report is not None and result is not None:
         try:
-            written = write_conformance(report, result.report, result.run_folder, inv)
+            written = write_conformance(report, result.report.to_json(), result.run_folder, inv)
         except OSError as exc:
             typer.echo(f"error: --report {report}: {exc.strerror or exc}", err=True)
         else:

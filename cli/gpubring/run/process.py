@@ -140,7 +140,7 @@ def run(
                 phases=settings.phase_option,
             ),
         )
-        data = report.build(session.state, meta)
+        data = report.RunReport.of(session.state, meta)
         report_path = report.write(data, folder)
     status, code = report.outcome(session.state, ansible_rc)
     return RunResult(

@@ -3,16 +3,13 @@ gives back (RunResult)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpubring import runstore
-from gpubring.events import (
-    RunState,
-)
+from gpubring.events import RunState
 from gpubring.exitcodes import ExitCode
+from gpubring.report import RunReport
 from gpubring.runopts import RunOptions
 
 
@@ -45,5 +42,5 @@ class RunResult:
     report_path: Path
     status: str
     exit_code: ExitCode
-    report: Mapping[str, Any]
+    report: RunReport
     state: RunState

@@ -122,7 +122,7 @@ def _record(inv: Inventory, record: Record, result: RunResult) -> None:
 
     try:
         if record.pins:
-            upgrade.record_run(inv, result.report, record.pins)
+            upgrade.record_run(inv, result.report.to_json(), record.pins)
         if record.forget:
             upgrade.forget_hosts(inv, record.forget, whole_cluster=record.whole_cluster)
     except OSError as exc:
