@@ -93,6 +93,8 @@ fi
 }
 
 mkdir -p "$LOGS"
+# The compiler cache the DKMS builds share with the lab (.config/molecule/config.yml mounts it).
+mkdir -p "${GPUBRING_CCACHE_DIR:-/var/cache/gpubring/ccache}"
 passed=0
 failed=0
 results=()
