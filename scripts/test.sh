@@ -25,6 +25,25 @@ step() {
   times+=("$(printf '%-12s %6ds  %s' "$name" $((SECONDS - start)) "$verdict")")
   printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - start))
 }
+# A step beside the ones that follow it, its output kept in a file until `joined NAME` waits for it
+# and prints it (a step that mostly waits on downloads, beside one that mostly computes).
+declare -A beside_pid beside_start
+beside() {
+  local name=$1; shift
+  printf '\n==> %s: %s (beside the next steps; its output follows when it ends)\n' "$name" "$*"
+  beside_start[$name]=$SECONDS
+  "$@" >".step-$name.log" 2>&1 &
+  beside_pid[$name]=$!
+}
+joined() {
+  local name=$1 verdict=ok
+  wait "${beside_pid[$name]}" || { verdict=FAILED; failed+=("$name"); }
+  printf '\n==> %s: output\n' "$name"
+  cat ".step-$name.log"
+  rm -f ".step-$name.log"
+  times+=("$(printf '%-12s %6ds  %s (beside others)' "$name" $((SECONDS - beside_start[$name])) "$verdict")")
+  printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - beside_start[$name]))
+}
 
 step setup bash scripts/setup.sh
 # shellcheck disable=SC1091
@@ -33,11 +52,13 @@ source .venv/bin/activate || { echo "setup failed: no .venv" >&2; exit 1; }
 step ruff ruff check .
 step mypy mypy
 step ansible-lint ansible-lint --profile production
-step sanity bash scripts/sanity.sh
 # Unit and rendering tests on both cores (pytest-xdist, a file's tests on one worker so its module
-# fixtures are built once), then the e2e lab alone: its nodes share the same two cores.
+# fixtures are built once), then the e2e lab, whose nodes share the same two cores; ansible-test sanity
+# beside the lab (most of its time is pip filling its test environments, as the lab's is apt).
 step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
+beside sanity bash scripts/sanity.sh
 step pytest-e2e pytest -p no:cacheprovider -m e2e
+joined sanity
 step molecule bash -o pipefail -c 'bash scripts/molecule-all.sh | tee .molecule-summary.log'
 
 total=$((SECONDS - began))
