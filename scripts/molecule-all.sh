@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run `molecule test` for every scenario under molecule/ (each folder with a molecule.yml), or for
-# the scenarios named on the command line, one after the other; a failure does not stop the others.
+# the scenarios named on the command line, GPUBRING_MOLECULE_JOBS at a time (default 1; the longest
+# first, from molecule/durations.txt); a failure does not stop the others.
 #
 #   scripts/molecule-all.sh [SCENARIO...]
 #
@@ -93,16 +94,16 @@ fi
 }
 
 mkdir -p "$LOGS"
-passed=0
-failed=0
-results=()
-for name in "${scenarios[@]}"; do
-  log=$LOGS/$name.log
+# The compiler cache the DKMS builds share with the lab (.config/molecule/config.yml mounts it).
+mkdir -p "${GPUBRING_CCACHE_DIR:-/var/cache/gpubring/ccache}"
+# One scenario: its result line goes to $LOGS/<name>.result ("PASS|FAIL  name (...)") and its time
+# to $LOGS/<name>.seconds; the full output to $LOGS/<name>.log.
+run_scenario() {
+  local name=$1 log=$LOGS/$1.log start rc took
+  rm -f "$LOGS/$name.result" "$LOGS/$name.seconds"
   if [[ ! -f molecule/$name/molecule.yml ]]; then
-    results+=("FAIL  $name (no molecule/$name/molecule.yml)")
-    failed=$((failed + 1))
-    echo "${results[-1]}"
-    continue
+    echo "FAIL  $name (no molecule/$name/molecule.yml)" >"$LOGS/$name.result"
+    return
   fi
   echo "molecule-all: $name (log: ${log#"$ROOT"/})"
   start=$SECONDS
@@ -120,19 +121,57 @@ for name in "${scenarios[@]}"; do
     rc=$?
   fi
   took=$((SECONDS - start))
+  echo "$took" >"$LOGS/$name.seconds"
   if ((rc == 0)); then
-    results+=("PASS  $name (${took}s)")
+    echo "PASS  $name (${took}s)" >"$LOGS/$name.result"
+  else
+    echo "FAIL  $name (${took}s, exit $rc, log: ${log#"$ROOT"/})" >"$LOGS/$name.result"
+  fi
+  cat "$LOGS/$name.result"
+}
+
+# The longest scenarios start first, so that no lane is left with one long scenario at the end:
+# molecule/durations.txt holds "SECONDS NAME" lines from a full run (scripts/molecule-all.sh writes
+# them to $LOGS/durations.txt; copy that file over it when the times move). A scenario it does not
+# list starts first, as if it were the longest.
+ordered=()
+while read -r _ name; do ordered+=("$name"); done < <(
+  for name in "${scenarios[@]}"; do
+    seconds=$(awk -v n="$name" '$2 == n { print $1 }' molecule/durations.txt 2>/dev/null)
+    echo "${seconds:-999999} $name"
+  done | sort -k1,1nr -k2,2
+)
+
+# Scenarios run JOBS at a time (GPUBRING_MOLECULE_JOBS, default 1): each has its own containers (or
+# VM) and its own Molecule state, and much of one scenario's time is one ansible-playbook process on
+# one core, or waiting on apt and containers.
+JOBS=${GPUBRING_MOLECULE_JOBS:-1}
+[[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_JOBS=$JOBS is not a whole number >= 1" >&2; finish 0 "${#scenarios[@]}"; }
+echo "molecule-all: ${#scenarios[@]} scenarios, $JOBS at a time"
+for name in "${ordered[@]}"; do
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  run_scenario "$name" &
+done
+wait
+
+passed=0
+failed=0
+results=()
+: >"$LOGS/durations.txt"
+for name in "${scenarios[@]}"; do
+  line=$(cat "$LOGS/$name.result" 2>/dev/null || echo "FAIL  $name (no result: the runner of this scenario died)")
+  results+=("$line")
+  [[ -f $LOGS/$name.seconds ]] && echo "$(cat "$LOGS/$name.seconds") $name" >>"$LOGS/durations.txt"
+  if [[ $line == PASS* ]]; then
     passed=$((passed + 1))
   else
-    results+=("FAIL  $name (${took}s, exit $rc, log: ${log#"$ROOT"/})")
     failed=$((failed + 1))
-    if [[ $STREAM != 1 ]]; then
-      echo "---- last lines of ${log#"$ROOT"/} ----"
-      sed 's/\x1b\[[0-9;]*m//g' "$log" | tail -n 40
+    if [[ $STREAM != 1 && -f $LOGS/$name.log ]]; then
+      echo "---- last lines of ${LOGS#"$ROOT"/}/$name.log ----"
+      sed 's/\x1b\[[0-9;]*m//g' "$LOGS/$name.log" | tail -n 40
       echo "----"
     fi
   fi
-  echo "${results[-1]}"
 done
 
 echo "molecule-all: results ($DISTRO_NOTE):"

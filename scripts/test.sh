@@ -1,30 +1,71 @@
 #!/usr/bin/env bash
-# The whole test suite: ruff, mypy --strict, ansible-lint (production profile), pytest (unit, rendering
-# and the e2e lab) and `molecule test` for every role scenario. Every step runs even when an earlier
-# one failed; the last line counts the Molecule scenarios as `N passed, N failed`.
+# The whole test suite: ruff, mypy --strict, ansible-lint (production profile), ansible-test sanity,
+# pytest (unit and rendering tests on both cores, then the e2e lab) and `molecule test` for every role
+# scenario (GPUBRING_MOLECULE_JOBS at a time, default 2). Every step runs even when an earlier one
+# failed; a table of each step's time follows, with the budget; the last line counts the Molecule
+# scenarios as `N passed, N failed`.
 # Tests that check rendered manifests against upstream CRDs and chart values read them from
 # $GPUBRING_UPSTREAM_DIR (.ci/run sets it); without it they skip and say so.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
 
-bash scripts/setup.sh || { echo "setup failed" >&2; exit 1; }
-# shellcheck disable=SC1091
-source .venv/bin/activate
+# The test command's budget on the CI machine (2 cores): over it, the table says so (CI kills a run at
+# 90 minutes).
+BUDGET_MIN=${GPUBRING_TEST_BUDGET_MIN:-40}
+export GPUBRING_MOLECULE_JOBS=${GPUBRING_MOLECULE_JOBS:-2}
+began=$SECONDS
 
 failed=()
+times=()
 step() {
-  local name=$1; shift
+  local name=$1 start=$SECONDS verdict=ok; shift
   printf '\n==> %s: %s\n' "$name" "$*"
-  if "$@"; then printf '==> %s: ok\n' "$name"; else printf '==> %s: FAILED\n' "$name"; failed+=("$name"); fi
+  "$@" || { verdict=FAILED; failed+=("$name"); }
+  times+=("$(printf '%-12s %6ds  %s' "$name" $((SECONDS - start)) "$verdict")")
+  printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - start))
 }
+# A step beside the ones that follow it, its output kept in a file until `joined NAME` waits for it
+# and prints it (a step that mostly waits on downloads, beside one that mostly computes).
+declare -A beside_pid beside_start
+beside() {
+  local name=$1; shift
+  printf '\n==> %s: %s (beside the next steps; its output follows when it ends)\n' "$name" "$*"
+  beside_start[$name]=$SECONDS
+  "$@" >".step-$name.log" 2>&1 &
+  beside_pid[$name]=$!
+}
+joined() {
+  local name=$1 verdict=ok
+  wait "${beside_pid[$name]}" || { verdict=FAILED; failed+=("$name"); }
+  printf '\n==> %s: output\n' "$name"
+  cat ".step-$name.log"
+  rm -f ".step-$name.log"
+  times+=("$(printf '%-12s %6ds  %s (beside others)' "$name" $((SECONDS - beside_start[$name])) "$verdict")")
+  printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - beside_start[$name]))
+}
+
+step setup bash scripts/setup.sh
+# shellcheck disable=SC1091
+source .venv/bin/activate || { echo "setup failed: no .venv" >&2; exit 1; }
 
 step ruff ruff check .
 step mypy mypy
 step ansible-lint ansible-lint --profile production
-step pytest pytest -p no:cacheprovider
+# Unit and rendering tests on both cores (pytest-xdist, a file's tests on one worker so its module
+# fixtures are built once), then the e2e lab, whose nodes share the same two cores; ansible-test sanity
+# beside the lab (most of its time is pip filling its test environments, as the lab's is apt).
+step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
+beside sanity bash scripts/sanity.sh
+step pytest-e2e pytest -p no:cacheprovider -m e2e
+joined sanity
 step molecule bash -o pipefail -c 'bash scripts/molecule-all.sh | tee .molecule-summary.log'
 
+total=$((SECONDS - began))
+printf '\n==> step times\n'
+printf '  %s\n' "${times[@]}"
+printf '  %-12s %6ds  (%d min %02d s; budget %d min: %s)\n' total "$total" $((total / 60)) $((total % 60)) \
+  "$BUDGET_MIN" "$( ((total <= BUDGET_MIN * 60)) && echo within || echo OVER)"
 printf '\n==> steps failed: %s\n' "${failed[*]:-none}"
 # The closing line counts the Molecule scenarios (N passed, N failed).
 tail -n 1 .molecule-summary.log 2>/dev/null || echo "0 passed, 1 failed"

@@ -37,14 +37,24 @@ def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path
     ):
         assert shipped in names, shipped
 
+    # A fresh venv gets the wheel alone; its dependencies come from the test environment's
+    # site-packages through a path file (the `ansible` package alone is some 40,000 files to unpack
+    # again), whose own path files, the checkout's editable gpubring among them, Python does not read
+    # there. `pip check` then holds the wheel's declared requirements against what it finds.
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    subprocess.run(
-        [str(env_dir / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    python = str(env_dir / "bin" / "python")
+    site_packages = next((env_dir / "lib").glob("python*/site-packages"))
+    ours = [p for p in map(Path, sys.path) if p.name == "site-packages" and p.is_dir()]
+    (site_packages / "zz-test-dependencies.pth").write_text("".join(f"{p}\n" for p in ours))
+    for argv in (["install", "--quiet", "--no-deps", str(wheel)], ["check"]):
+        done = subprocess.run([python, "-m", "pip", *argv], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+    where = subprocess.run(
+        [python, "-c", "import gpubring; print(gpubring.__file__)"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert where.startswith(str(site_packages)), where
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     gpubring = str(env_dir / "bin" / "gpubring")
@@ -63,7 +73,6 @@ def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path
     as_json = run("plan", str(sample), "--json", "-")
     assert as_json.returncode == 0, as_json.stderr
     doc = json.loads(as_json.stdout)
-    site_packages = next((env_dir / "lib").glob("python*/site-packages"))
     playbook_root = site_packages / "gpubring" / "project"
     assert [p["phase"] for p in doc["phases"]] == ["preflight", "host", "cluster", "platform", "verify"]
     assert (playbook_root / doc["phases"][1]["playbook"]).is_file()

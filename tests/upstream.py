@@ -37,9 +37,10 @@ from gpubring import catalog, versions
 ENV = "GPUBRING_UPSTREAM_DIR"
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, but a plain `=` is the string "=" (as in Go's YAML), not YAML 1.1's
-    value tag that PyYAML cannot construct (Calico's CRDs list `=` among operators)."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (its C one where libyaml is there: the CRDs are megabytes), but a plain `=`
+    is the string "=" (as in Go's YAML), not YAML 1.1's value tag that PyYAML cannot construct
+    (Calico's CRDs list `=` among operators)."""
 
 
 _Loader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_scalar)  # type: ignore[arg-type]
@@ -224,20 +225,29 @@ def _close_objects(schema: Any) -> Any:
         return [_close_objects(s) for s in schema]
     if not isinstance(schema, Mapping):
         return schema
-    out = {k: _close_objects(v) for k, v in schema.items() if not str(k).startswith("x-kubernetes-")}
+    # Property maps are closed once, name by name, below: a map of names is not itself a schema (and
+    # closing each level twice made the work double with every level of nesting).
+    out = {
+        k: _close_objects(v)
+        for k, v in schema.items()
+        if not str(k).startswith("x-kubernetes-") and k not in _PROPERTY_MAPS
+    }
     # nullable is OpenAPI, not JSON Schema: null is then a valid value of the declared type.
     if out.pop("nullable", False) and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
+    for key in _PROPERTY_MAPS:
+        if key in schema:
+            out[key] = {name: _close_objects(sub) for name, sub in schema[key].items()}
     if (
         "properties" in out
         and "additionalProperties" not in out
         and not schema.get("x-kubernetes-preserve-unknown-fields")
     ):
         out["additionalProperties"] = False
-    for key in ("properties", "patternProperties"):
-        if key in out:
-            out[key] = {name: _close_objects(sub) for name, sub in schema[key].items()}
     return out
+
+
+_PROPERTY_MAPS = ("properties", "patternProperties")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ what runs inside them. Nothing here imports the Docker SDK."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -35,6 +36,19 @@ SYSTEMD_RUN_OPTIONS: tuple[str, ...] = (
 SYSTEMD_COMMAND = "/lib/systemd/systemd"
 
 _PORT_RE = re.compile(r"127\.0\.0\.1:(\d+)->")
+
+# The compiler cache every lab node and the nvidia_driver Molecule scenario share (.config/molecule/
+# config.yml mounts the same folder): the NVIDIA driver's DKMS build compiles the same sources for the
+# same Debian kernel on each GPU node, so the first build fills it and later ones mostly read it. The
+# build still runs for real on each node (DKMS, make, the link); only identical compilations are reused.
+# Debian's kernel headers call the compiler through ccache when DEBIAN_KERNEL_USE_CCACHE is set
+# (linux-headers-*/.kernelvariables); GPU nodes get it in /etc/environment (_INSTALL_KERNEL).
+CCACHE_IN_NODE = "/var/cache/gpubring-ccache"
+
+
+def ccache_dir() -> Path:
+    """The machine's folder for that cache: $GPUBRING_CCACHE_DIR, else /var/cache/gpubring/ccache."""
+    return Path(os.environ.get("GPUBRING_CCACHE_DIR") or "/var/cache/gpubring/ccache")
 
 
 def run_command(
@@ -158,6 +172,8 @@ def remove_network(prefix: str) -> None:
 
 def run_container(spec: LabSpec, planned: PlannedNode) -> None:
     node = planned.node
+    cache = ccache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
     docker(
         "run", "-d",
         "--name", node.name,
@@ -167,6 +183,7 @@ def run_container(spec: LabSpec, planned: PlannedNode) -> None:
         "--label", f"{LABEL_GROUPS}={','.join(node.groups)}",
         "--label", f"{LABEL_INVENTORY}={spec.inventory_dir.resolve()}",
         *SYSTEMD_RUN_OPTIONS,
+        "-v", f"{cache}:{CCACHE_IN_NODE}",
         "-p", f"127.0.0.1:{planned.port}:22",
         spec.image,
         SYSTEMD_COMMAND,
@@ -192,14 +209,20 @@ cat /etc/ssh/ssh_host_*_key.pub
 
 # A server has its distribution's kernel installed; a container boots none and runs the machine's.
 # GPU nodes get Debian's kernel package (the one the archive carries, DEBIAN_KERNEL), so that the
-# driver role builds its DKMS modules and the initramfs for a kernel that is really installed.
+# driver role builds its DKMS modules and the initramfs for a kernel that is really installed; and
+# ccache with the lab's shared cache in the environment of SSH sessions (pam_env reads
+# /etc/environment), which is where the driver role's DKMS build runs.
 _INSTALL_KERNEL = r"""
 set -eu
 k="$1"
-[ -e "/boot/vmlinuz-$k" ] && exit 0
+cache="$2"
+for line in DEBIAN_KERNEL_USE_CCACHE=1 "CCACHE_DIR=$cache"; do
+  grep -qxF "$line" /etc/environment 2>/dev/null || echo "$line" >> /etc/environment
+done
+[ -e "/boot/vmlinuz-$k" ] && command -v ccache >/dev/null && exit 0
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "linux-image-$k" >/dev/null
+apt-get install -y -qq --no-install-recommends "linux-image-$k" ccache >/dev/null
 test -e "/boot/vmlinuz-$k"
 """
 
@@ -212,7 +235,9 @@ def configure_node(name: str, public_key: str, kernel: str | None = None) -> lis
         raise LabError(f"{name}: no SSH host keys in /etc/ssh")
     if kernel:
         proc = run_command(
-            ["docker", "exec", name, "sh", "-c", _INSTALL_KERNEL, "kernel", kernel], timeout=1200, check=False
+            ["docker", "exec", name, "sh", "-c", _INSTALL_KERNEL, "kernel", kernel, CCACHE_IN_NODE],
+            timeout=1200,
+            check=False,
         )
         if proc.returncode != 0:
             raise LabError(
