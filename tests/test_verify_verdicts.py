@@ -7,7 +7,8 @@ status (passed, failed, skipped because the tests stopped early or no GPU node w
 
 The last test proves the move changed nothing: the Jinja that judged them before (cluster_results.yml
 at ddf5444, kept in git) and the role's new cluster_results.yml run in one ansible-playbook on the same
-inputs, and publish the same verify_results, compared as the same JSON text.
+inputs, and publish the same verify_results, compared as the same JSON text. And the role's asserts,
+run on recorded values, fail exactly where the function says `failed`, each with its message.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def failures() -> dict[str, Any]:
     data = recorded()
     data["verify_gang_kueue"] = True
     data["__verify_plan"][1]["resource"] = ""
-    data["__verify_pods_state"]["resources"][4]["status"]["phase"] = "Pending"
+    pending = data["__verify_pods_state"]["resources"][4]
+    pending["status"]["phase"] = "Pending"
+    pending["metadata"]["annotations"] = {"gpubring.io/verify-node": "gpu-02"}
     seen = data["__verify_seen"]
     seen["verify-no-gpu-2"]["nvidia_devices"] = ["nvidia0", "nvidiactl"]
     seen["verify-no-gpu-2"]["rc"] = 1
@@ -119,7 +122,16 @@ def failures() -> dict[str, Any]:
     seen["verify-pair-1"]["uuids"] = list(seen["verify-gpu-rdma-1"]["uuids"])
     data["__verify_exec_rdma"]["results"][0].update(stdout="rdma_cm\numad0", rc=0)
     data["__verify_exec_rdma"]["results"].append(
-        {"item": {"metadata": {"name": "verify-gpu-rdma-2"}}, "msg": "pod not found", "failed": False}
+        {
+            "item": {
+                "metadata": {
+                    "name": "verify-gpu-rdma-2",
+                    "annotations": {"gpubring.io/verify-node": "gpu-02"},
+                }
+            },
+            "msg": "pod not found",
+            "failed": False,
+        }
     )
     data["__verify_dra_slices"]["results"][0]["resources"][0]["spec"]["devices"] = []
     data["__verify_dra_slices"]["results"][0]["msg"] = "Failed to find any resource"
@@ -411,3 +423,84 @@ def test_the_move_changes_no_result(tmp_path: Path) -> None:
         # And the function called directly, on the same values, gives the same checks.
         data = scenario()
         assert json.loads(new_text)["checks"] == V.verify_checks(gathered(data), settings(data)), name
+
+
+# -- the role's asserts fail on these verdicts -----------------------------------------------------
+
+_ASSERTS_PLAY = """\
+- name: The asserts of the smoke tests on recorded values
+  hosts: localhost
+  gather_facts: false
+  vars_files:
+    - {repo}/roles/verify/defaults/main.yml
+    - {repo}/roles/verify/vars/main.yml
+    - {scenario}
+  tasks:
+    - name: The asserts
+      ansible.builtin.include_tasks: {tasks}
+
+    - name: Write what each did
+      ansible.builtin.copy:
+        content: "{{{{ __outcomes | to_json }}}}"
+        dest: {out}
+        mode: "0600"
+      vars:
+        __outcomes: >-
+          {{{{ range({count}) | map('regex_replace', '^', '__assert_') | map('extract', vars) | list }}}}
+"""
+
+
+def assert_tasks() -> list[dict[str, Any]]:
+    """Every assert of tasks/cluster_*.yml, registered as __assert_N and not stopping the play."""
+    tasks = []
+    for name in ("cluster_plan", "cluster_pods", "cluster_dra", "cluster_gang", "cluster_dcgm"):
+        for task in yaml.safe_load((REPO / "roles" / "verify" / "tasks" / f"{name}.yml").read_text()):
+            if "ansible.builtin.assert" in task:
+                tasks.append(task | {"register": f"__assert_{len(tasks)}", "ignore_errors": True})
+    return tasks
+
+
+@pytest.mark.slow
+def test_each_assert_fails_on_its_checks_verdict(tmp_path: Path) -> None:
+    tasks = assert_tasks()
+    thats = [t["ansible.builtin.assert"]["that"] for t in tasks]
+    named = [next(n for n in V.CHECK_NAMES if f"'{n}'" in str(t)) for t in tasks]
+    assert sorted(named) == sorted(V.CHECK_NAMES), "one assert per check, on that check's status"
+    assert all("status != 'failed'" in str(that) for that in thats)
+    (tmp_path / "asserts.yml").write_text(
+        yaml.safe_dump(tasks, sort_keys=False, width=1000), encoding="utf-8"
+    )
+    messages = {}
+    for scenario in (recorded, failures):
+        data = scenario()
+        (tmp_path / "scenario.json").write_text(json.dumps(data), encoding="utf-8")
+        play = _ASSERTS_PLAY.format(
+            repo=REPO, scenario=tmp_path / "scenario.json", tasks=tmp_path / "asserts.yml",
+            out=tmp_path / "outcomes.json", count=len(tasks),
+        )  # fmt: skip
+        (tmp_path / "play.yml").write_text(play, encoding="utf-8")
+        done = ansible_playbook(
+            *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
+            tmp_path / "play.yml",
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        outcomes = json.loads((tmp_path / "outcomes.json").read_text(encoding="utf-8"))
+        verdicts = by_name(data)
+        for check, result in zip(named, outcomes, strict=True):
+            status, where = verdicts[check]["status"], (scenario.__name__, check, result)
+            if result.get("skipped"):
+                assert status == "skipped", where
+            elif status == "failed":
+                assert result["failed"] and result["msg"].startswith("verify: "), where
+            else:
+                assert not result.get("failed") and result["msg"] == "All assertions passed", where
+        messages[scenario.__name__] = {
+            c: r["msg"] for c, r in zip(named, outcomes, strict=True) if r.get("failed")
+        }
+    # The recorded run failed on the DCGM metrics alone, with the message its report carries
+    # (tests/test_conformance.py's REPORT); in the other, every assert failed.
+    assert messages["recorded"] == {
+        "dcgm_metrics": "verify: DCGM exporters that do not answer with DCGM_FI_* metrics on :9400/metrics: "
+        "gpu-02 (10.244.2.9): no DCGM_FI_* sample;"
+    }
+    assert sorted(messages["failures"]) == sorted(V.CHECK_NAMES)
