@@ -182,7 +182,10 @@ def _no_gpu(seen_no_gpu: list[tuple[str, Any]], pods_ran: bool, pods_skip: str) 
     if not pods_ran or not seen_no_gpu:
         status, reason = "skipped", pods_skip
     elif leaks:
-        status, reason = "failed", "sees GPU devices or failed: " + _join(_unique([k for k, _ in leaks]))
+        status, reason = (
+            "failed",
+            "sees GPU devices or failed: " + _join(_unique([name for name, _value in leaks])),
+        )
     else:
         status, reason = "passed", ""
     expected = "a pod without a GPU request sees no /dev/nvidia*"
@@ -196,7 +199,7 @@ def _one_gpu(seen_gpu: list[tuple[str, Any]], pods_ran: bool, pods_skip: str) ->
     if not pods_ran or not seen_gpu:
         status, reason = "skipped", pods_skip
     elif bad:
-        status, reason = "failed", "not exactly one GPU: " + _join([k for k, _ in bad])
+        status, reason = "failed", "not exactly one GPU: " + _join([name for name, _value in bad])
     else:
         status, reason = "passed", ""
     expected = "a one-GPU pod runs nvidia-smi -L and sees exactly one GPU"
@@ -397,7 +400,9 @@ def _metrics(dcgm_metrics: Any, dcgm_off: str, settings: Mapping[str, Any]) -> d
     output = (
         {
             _get(r, "item.spec.nodeName", None): (
-                str(r.get("stdout", "")) + " " + str(r.get("stderr", "")).strip().split("\\n")[-1]
+                str(r.get("stdout", ""))
+                + " "
+                + str(r.get("stderr", "")).strip().rsplit("\\n", maxsplit=1)[-1]
             ).strip()
             for r in results
         }
