@@ -105,7 +105,7 @@ run_scenario() {
     echo "FAIL  $name (no molecule/$name/molecule.yml)" >"$LOGS/$name.result"
     return
   fi
-  echo "molecule-all: $name (log: ${log#"$ROOT"/})"
+  echo "molecule-all: $name starts at $(date +%T) (log: ${log#"$ROOT"/})"
   start=$SECONDS
   # The scenarios' sequences start at create (.config/molecule/config.yml): instances an interrupted
   # run left (Molecule's state says created) are destroyed here first, as its leading destroy did.
@@ -145,11 +145,24 @@ while read -r _ name; do ordered+=("$name"); done < <(
 # Scenarios run JOBS at a time (GPUBRING_MOLECULE_JOBS, default 1): each has its own containers (or
 # VM) and its own Molecule state, and much of one scenario's time is one ansible-playbook process on
 # one core, or waiting on apt and containers.
+# GPUBRING_MOLECULE_BESIDE_PID names a process that shares the machine with the scenarios (scripts/test.sh
+# runs the e2e lab beside them): while it is alive it counts as one of the JOBS lanes, so the scenarios
+# fill the time the lab spends waiting on apt and SSH, and get every lane once it has ended.
 JOBS=${GPUBRING_MOLECULE_JOBS:-1}
 [[ $JOBS =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_JOBS=$JOBS is not a whole number >= 1" >&2; finish 0 "${#scenarios[@]}"; }
-echo "molecule-all: ${#scenarios[@]} scenarios, $JOBS at a time"
+BESIDE=${GPUBRING_MOLECULE_BESIDE_PID:-}
+[[ -z $BESIDE || $BESIDE =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_BESIDE_PID=$BESIDE is not a process id" >&2; finish 0 "${#scenarios[@]}"; }
+lanes() {
+  if [[ -n $BESIDE ]] && kill -0 "$BESIDE" 2>/dev/null && ((JOBS > 1)); then
+    echo $((JOBS - 1))
+  else
+    echo "$JOBS"
+  fi
+}
+echo "molecule-all: ${#scenarios[@]} scenarios, $JOBS at a time${BESIDE:+ (one lane fewer while process $BESIDE runs)}"
 for name in "${ordered[@]}"; do
-  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  # Polled rather than `wait -n`: a lane also frees up when the process beside ends.
+  while (($(jobs -rp | wc -l) >= $(lanes))); do sleep 2; done
   run_scenario "$name" &
 done
 wait

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: ruff, mypy --strict, ansible-lint (production profile), ansible-test sanity,
 # pytest (unit and rendering tests on both cores, then the e2e lab) and `molecule test` for every role
-# scenario (GPUBRING_MOLECULE_JOBS at a time, default 2). Every step runs even when an earlier one
-# failed; a table of each step's time follows, with the budget; the last line counts the Molecule
-# scenarios as `N passed, N failed`.
+# scenario (GPUBRING_MOLECULE_JOBS at a time, default 2, the e2e lab counting as one while it runs).
+# Every step runs even when an earlier one failed; a table of each step's time follows, with the
+# budget; the last line counts the Molecule scenarios as `N passed, N failed`.
 # Tests that check rendered manifests against upstream CRDs and chart values read them from
 # $GPUBRING_UPSTREAM_DIR (.ci/run sets it); without it they skip and say so.
 set -uo pipefail
@@ -51,15 +51,22 @@ source .venv/bin/activate || { echo "setup failed: no .venv" >&2; exit 1; }
 
 step ruff ruff check .
 step mypy mypy
-step ansible-lint ansible-lint --profile production
 # Unit and rendering tests on both cores (pytest-xdist, a file's tests on one worker so its module
-# fixtures are built once), then the e2e lab, whose nodes share the same two cores; ansible-test sanity
-# beside the lab (most of its time is pip filling its test environments, as the lab's is apt).
+# fixtures are built once).
 step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
+# Then the heavy part, three steps sharing the two cores: the e2e lab, the Molecule scenarios and the
+# linters. The lab's nodes and the scenarios' hosts spend much of their time waiting on apt, dpkg and
+# SSH (a run alone leaves about a quarter of the cores idle), so the lab counts as one of Molecule's two
+# lanes while it runs (GPUBRING_MOLECULE_BESIDE_PID) and the scenarios take both once it has ended;
+# ansible-lint and ansible-test sanity (mostly pip filling its test environments) run beside them too.
+beside pytest-e2e pytest -p no:cacheprovider -m e2e
+beside ansible-lint ansible-lint --profile production
 beside sanity bash scripts/sanity.sh
-step pytest-e2e pytest -p no:cacheprovider -m e2e
+step molecule env GPUBRING_MOLECULE_BESIDE_PID="${beside_pid[pytest-e2e]}" \
+  bash -o pipefail -c 'bash scripts/molecule-all.sh | tee .molecule-summary.log'
+joined pytest-e2e
+joined ansible-lint
 joined sanity
-step molecule bash -o pipefail -c 'bash scripts/molecule-all.sh | tee .molecule-summary.log'
 
 total=$((SECONDS - began))
 printf '\n==> step times\n'
