@@ -26,23 +26,35 @@ step() {
   printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - start))
 }
 # A step beside the ones that follow it, its output kept in a file until `joined NAME` waits for it
-# and prints it (a step that mostly waits on downloads, beside one that mostly computes).
+# and prints it (a step that mostly waits on downloads or SSH, beside one that mostly computes). The
+# step writes the second it ended to .step-NAME.end, so the table gives its own time, not the time
+# until it was joined.
 declare -A beside_pid beside_start
 beside() {
   local name=$1; shift
   printf '\n==> %s: %s (beside the next steps; its output follows when it ends)\n' "$name" "$*"
   beside_start[$name]=$SECONDS
-  "$@" >".step-$name.log" 2>&1 &
+  rm -f ".step-$name.end"
+  (
+    "$@"
+    rc=$?
+    date +%s >".step-$name.end"
+    exit "$rc"
+  ) >".step-$name.log" 2>&1 &
   beside_pid[$name]=$!
 }
 joined() {
-  local name=$1 verdict=ok
+  local name=$1 verdict=ok took
   wait "${beside_pid[$name]}" || { verdict=FAILED; failed+=("$name"); }
+  took=$((SECONDS - beside_start[$name]))
+  if [[ -s .step-$name.end ]]; then
+    took=$(($(<".step-$name.end") - $(date +%s) + SECONDS - beside_start[$name]))
+  fi
   printf '\n==> %s: output\n' "$name"
   cat ".step-$name.log"
-  rm -f ".step-$name.log"
-  times+=("$(printf '%-12s %6ds  %s (beside others)' "$name" $((SECONDS - beside_start[$name])) "$verdict")")
-  printf '==> %s: %s (%ds)\n' "$name" "$verdict" $((SECONDS - beside_start[$name]))
+  rm -f ".step-$name.log" ".step-$name.end"
+  times+=("$(printf '%-12s %6ds  %s (beside others)' "$name" "$took" "$verdict")")
+  printf '==> %s: %s (%ds)\n' "$name" "$verdict" "$took"
 }
 
 step setup bash scripts/setup.sh
