@@ -44,6 +44,9 @@ PREFIX = f"gpube2e{os.getpid()}"
 GPU = f"{PREFIX}-gpu1"
 CPU = f"{PREFIX}-cpu1"
 NODES = {f"{PREFIX}-cp1", GPU, CPU}
+# `lab up` builds the shape it is asked for (the defaults are the README lab's two GPU nodes): every
+# call for this lab names it.
+SHAPE = ("--nodes", "3", "--control-planes", "1", "--cpu-nodes", "1")
 
 pytestmark = pytest.mark.e2e
 
@@ -106,8 +109,7 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     inventory = base / "lab"
     try:
         up = gpubring(
-            "lab", "up", "--nodes", "3", "--control-planes", "1", "--cpu-nodes", "1",
-            "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
+            "lab", "up", *SHAPE, "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
         )  # fmt: skip
         assert up.returncode == 0, f"gpubring lab up failed:\n{_tail(up)}"
         yield inventory
@@ -129,7 +131,7 @@ def test_lab_status_shows_every_node_answering_ssh(lab_dir: Path) -> None:
 
 def test_lab_up_again_reuses_the_running_lab(lab_dir: Path) -> None:
     before = json.loads((lab_dir / ".gpubring-lab.json").read_text())
-    again = gpubring("lab", "up", "--inventory-dir", lab_dir, timeout=900)
+    again = gpubring("lab", "up", *SHAPE, "--inventory-dir", lab_dir, timeout=900)
     assert again.returncode == 0, _tail(again)
     assert sorted(ln.split()[1] for ln in again.stdout.splitlines() if ln.startswith("reuse ")) == sorted(
         NODES
@@ -328,7 +330,9 @@ def test_check_mode_runs_the_cluster_and_platform_phases(lab_dir: Path, tmp_path
     said = "\n".join(_run_messages(report))
     for node in sorted(NODES - {f"{PREFIX}-cp1"}):
         assert f"Check mode: {node} would join as a worker" in said, said
-        assert f"no cluster yet on {PREFIX}-cp1; {node} would get" in said, said
+    # GPU node labels and taints: the GPU node only (cluster.yml's node_labels play).
+    assert f"no cluster yet on {PREFIX}-cp1; {GPU} would get" in said, said
+    assert f"{CPU} would get" not in said, said
     assert "calico would be applied with the pod network" in said, said
     for release in RELEASES:
         assert f"; {release} would be " in said, (release, said)
