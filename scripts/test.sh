@@ -27,8 +27,8 @@ step() {
 }
 # A step beside the ones that follow it, its output kept in a file until `joined NAME` waits for it
 # and prints it (a step that mostly waits on downloads or SSH, beside one that mostly computes). The
-# step writes the second it ended to .step-NAME.end, so the table gives its own time, not the time
-# until it was joined.
+# step writes the $SECONDS it ended at (a subshell's clock is this script's) to .step-NAME.end, so the
+# table gives its own time, not the time until it was joined.
 declare -A beside_pid beside_start
 beside() {
   local name=$1; shift
@@ -38,7 +38,7 @@ beside() {
   (
     "$@"
     rc=$?
-    date +%s >".step-$name.end"
+    echo "$SECONDS" >".step-$name.end"
     exit "$rc"
   ) >".step-$name.log" 2>&1 &
   beside_pid[$name]=$!
@@ -46,10 +46,9 @@ beside() {
 joined() {
   local name=$1 verdict=ok took
   wait "${beside_pid[$name]}" || { verdict=FAILED; failed+=("$name"); }
-  took=$((SECONDS - beside_start[$name]))
-  if [[ -s .step-$name.end ]]; then
-    took=$(($(<".step-$name.end") - $(date +%s) + SECONDS - beside_start[$name]))
-  fi
+  local end=$SECONDS
+  [[ -s .step-$name.end ]] && end=$(<".step-$name.end")
+  took=$((end - beside_start[$name]))
   printf '\n==> %s: output\n' "$name"
   cat ".step-$name.log"
   rm -f ".step-$name.log" ".step-$name.end"
