@@ -45,8 +45,13 @@ GPU = f"{PREFIX}-gpu1"
 CPU = f"{PREFIX}-cpu1"
 NODES = {f"{PREFIX}-cp1", GPU, CPU}
 # `lab up` builds the shape it is asked for (the defaults are the README lab's two GPU nodes): every
-# call for this lab names it.
-SHAPE = ("--nodes", "3", "--control-planes", "1", "--cpu-nodes", "1")
+# call for this lab names it. The GPU node runs Debian 13 and the control plane and CPU node Debian 12,
+# so that each release goes through the host phase here, and the NVIDIA driver's DKMS build on each
+# release runs in one place per test command: Debian 13's here, Debian 12's in the nvidia_driver
+# Molecule scenario (README, "Operating system releases").
+SHAPE = ("--nodes", "3", "--control-planes", "1", "--cpu-nodes", "1", "--gpu-distro", "debian13")
+# The same lab grown by a CPU node (the node lifecycle tests), its GPU node still on Debian 13.
+GROWN = ("--nodes", "4", "--cpu-nodes", "2", "--gpu-distro", "debian13")
 
 pytestmark = pytest.mark.e2e
 
@@ -520,8 +525,7 @@ def test_node_add_on_a_grown_lab_touches_only_the_new_node(lab_dir: Path, tmp_pa
     The lab has four nodes from here on (file order)."""
     new = f"{PREFIX}-cpu2"
     grow = gpubring(
-        "lab", "up", "--nodes", "4", "--cpu-nodes", "2", "--prefix", PREFIX, "--inventory-dir", lab_dir,
-        timeout=1800,
+        "lab", "up", *GROWN, "--prefix", PREFIX, "--inventory-dir", lab_dir, timeout=1800,
     )  # fmt: skip
     assert grow.returncode == 0, f"growing the lab failed:\n{_tail(grow)}"
     assert f"next: gpubring node add {lab_dir} {new}" in grow.stdout, grow.stdout
@@ -561,8 +565,7 @@ def test_node_replace_of_a_gpu_node_by_a_fresh_container(lab_dir: Path, tmp_path
     )
     assert removed.returncode == 0, removed.stderr
     again = gpubring(
-        "lab", "up", "--nodes", "4", "--cpu-nodes", "2", "--prefix", PREFIX, "--inventory-dir", lab_dir,
-        timeout=1800,
+        "lab", "up", *GROWN, "--prefix", PREFIX, "--inventory-dir", lab_dir, timeout=1800,
     )  # fmt: skip
     assert again.returncode == 0, f"`lab up` did not bring the node back:\n{_tail(again)}"
     assert f"create {victim}" in again.stdout, again.stdout

@@ -21,6 +21,8 @@ from helpers import REPO
 # Never the default prefix: `lab down` in these tests must not touch a user's lab.
 PREFIX = "gpubunit"
 FACTS = {"debian_kernel": "6.1.0-41-amd64"}  # what `lab up` finds out from the archive
+TRIXIE_FACTS = {"debian_kernel": "6.12.57+deb13-amd64"}
+BY_DISTRO = {"debian12": FACTS, "debian13": TRIXIE_FACTS}  # lab_facts' answer: per distro
 
 
 def _spec(tmp_path: Path, **kw: object) -> lab.LabSpec:
@@ -69,6 +71,7 @@ def test_lab_nodes_are_named_and_grouped_like_real_nodes(
         ({"nodes": 0}, "--nodes 0: expected at least 1"),
         ({"nodes": 3, "control_planes": 3, "cpu_nodes": 1}, "--nodes 3: expected at least"),
         ({"distro": "ubuntu24"}, "--distro 'ubuntu24'"),
+        ({"gpu_distro": "debian11"}, "--gpu-distro 'debian11': expected one of debian12, debian13"),
         ({"prefix": "Bad_Name"}, "--prefix 'Bad_Name'"),
         ({"prefix": "ends-"}, "--prefix 'ends-'"),
         ({"cpu_nodes": -1}, "--cpu-nodes -1"),
@@ -249,7 +252,7 @@ def _written_lab(tmp_path: Path, nodes: int = 3) -> tuple[lab.LabSpec, lab.LabPl
         ]
         for p in plan.nodes
     }
-    lab.write_inventory(spec, plan.nodes, host_keys, lab.declared_variables(REPO), FACTS)
+    lab.write_inventory(spec, plan.nodes, host_keys, lab.declared_variables(REPO), BY_DISTRO)
     return spec, plan
 
 
@@ -363,6 +366,7 @@ def test_prefix_comes_from_the_folder_unless_given(tmp_path: Path) -> None:
         (["--control-planes", "2"], "--control-planes 2"),
         (["--nodes", "2", "--control-planes", "3"], "--nodes 2: expected at least"),
         (["--distro", "centos7"], "--distro 'centos7'"),
+        (["--gpu-distro", "trixie"], "--gpu-distro 'trixie'"),
         (["--prefix", "UPPER"], "--prefix 'UPPER'"),
     ],
 )
@@ -439,7 +443,7 @@ def test_gpubring_validation_accepts_the_generated_inventory(
         plan.nodes,
         {p.port: ["ssh-ed25519 AAAA x"] for p in plan.nodes},
         lab.declared_variables(),
-        FACTS,
+        BY_DISTRO,
     )
     inv = load_inventory(spec.inventory_dir)
     assert inv.phases == ("preflight", "host", "verify")
@@ -471,8 +475,9 @@ def test_facts_fill_lab_vars_and_are_reused_from_the_folder(tmp_path: Path) -> N
     # A folder that recorded the fact for the same distro answers without asking the archive.
     spec, _ = _written_lab(tmp_path)
     said: list[str] = []
-    facts = lab.lab_facts(spec, {lab.DEBIAN_KERNEL}, lab.read_marker(spec.inventory_dir), said.append)
-    assert facts == FACTS
+    needed = {"debian12": {lab.DEBIAN_KERNEL}}
+    facts = lab.lab_facts(spec, needed, lab.read_marker(spec.inventory_dir), said.append)
+    assert facts == {"debian12": FACTS}
     assert said == []
 
 
@@ -574,3 +579,126 @@ def test_lab_up_says_how_to_join_the_nodes_it_added(
     assert [ln for ln in result.output.splitlines() if ln.startswith("next:")] == [
         e.format(inv=inv) for e in expected
     ]
+
+
+# --- a lab of two Debian releases (--gpu-distro) ----------------------------------------------------
+
+
+def test_gpu_nodes_run_the_gpu_distro_and_the_others_the_lab_distro(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, nodes=3, cpu_nodes=1, gpu_distro="debian13")
+    assert {n.name: spec.distro_of(n) for n in lab.lab_nodes(spec)} == {
+        "gpubunit-cp1": "debian12",
+        "gpubunit-gpu1": "debian13",
+        "gpubunit-cpu1": "debian12",
+    }
+    assert spec.distros == ("debian12", "debian13")
+    assert lab.spec_problems(spec) == []
+    # An all-in-one control plane is a GPU node: it runs the GPU distro, and the lab only that one.
+    single = _spec(tmp_path, nodes=1, gpu_distro="debian13")
+    assert [single.distro_of(n) for n in lab.lab_nodes(single)] == ["debian13"]
+    assert single.distros == ("debian13",)
+    # Without --gpu-distro every node runs --distro.
+    assert _spec(tmp_path, distro="debian13").distros == ("debian13",)
+
+
+def test_plan_replaces_a_gpu_node_of_the_other_release_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A lab that ran debian12 everywhere, asked for debian13 GPU nodes: the GPU node's container is
+    made again from the debian13 image; the control plane and the CPU node are kept."""
+    spec = _spec(tmp_path, nodes=3, cpu_nodes=1, gpu_distro="debian13")
+    existing = [
+        _container("gpubunit-cp1", CP, 22210),
+        _container("gpubunit-gpu1", GPU, 22211),
+        _container("gpubunit-cpu1", CPU, 22212),
+    ]
+    plan = lab.plan_lab(spec, existing, taken_ports={22210, 22211, 22212}, is_free=lambda p: True)
+    assert [(p.node.name, p.action) for p in plan.nodes] == [
+        ("gpubunit-cp1", "keep"),
+        ("gpubunit-gpu1", "create"),
+        ("gpubunit-cpu1", "keep"),
+    ]
+    assert plan.remove == ("gpubunit-gpu1",)
+    # Once it runs the debian13 image, the same shape keeps it.
+    again = [
+        *existing[:1],
+        _container("gpubunit-gpu1", GPU, 22213, image="gpubring-testhost:debian13"),
+        existing[2],
+    ]
+    assert {p.action for p in lab.plan_lab(spec, again, is_free=lambda p: True).nodes} == {"keep"}
+
+
+def test_facts_are_asked_of_the_distro_whose_nodes_get_them(tmp_path: Path) -> None:
+    """The driver's kernel is a GPU node's: a lab whose GPU nodes alone run debian13 asks the debian13
+    archive, and not the debian12 one its control plane runs."""
+    declared = lab.declared_variables(REPO)
+    mixed = _spec(tmp_path, nodes=3, cpu_nodes=1, gpu_distro="debian13")
+    assert lab.facts_by_distro(declared, mixed) == {"debian13": {lab.DEBIAN_KERNEL}}
+    assert lab.facts_by_distro(declared, _spec(tmp_path)) == {"debian12": {lab.DEBIAN_KERNEL}}
+    # Recorded per distro: a marker's debian12 kernel is not reused for debian13 GPU nodes.
+    said: list[str] = []
+    previous = {"facts_by_distro": {"debian12": FACTS, "debian13": TRIXIE_FACTS}}
+    assert lab.lab_facts(mixed, {"debian13": {lab.DEBIAN_KERNEL}}, previous, said.append) == {
+        "debian13": TRIXIE_FACTS
+    }
+    assert said == []
+
+
+@pytest.mark.parametrize(
+    ("distro", "gpu_distro", "no_cdi"),
+    [
+        ("debian12", "debian13", {"gpubunit-cp1", "gpubunit-cpu1"}),
+        ("debian13", "debian12", {"gpubunit-gpu1"}),  # the reverse split
+    ],
+)
+def test_a_variable_of_one_release_reaches_only_that_releases_nodes(
+    tmp_path: Path, distro: str, gpu_distro: str, no_cdi: set[str]
+) -> None:
+    """containerd_cdi_enabled: false is for debian12 (containerd 1.6 has no CDI): in a lab of two
+    releases it goes to the host_vars of the debian12 nodes, and Ansible gives it to them alone; the
+    driver's kernel is the GPU distro's."""
+    spec = _spec(tmp_path, nodes=3, cpu_nodes=1, distro=distro, gpu_distro=gpu_distro)
+    plan = lab.plan_lab(spec, [], is_free=lambda p: True)
+    lab.write_inventory(spec, plan.nodes, {p.port: ["ssh-ed25519 AAAA x"] for p in plan.nodes},
+                        lab.declared_variables(REPO), BY_DISTRO)  # fmt: skip
+    all_vars = yaml.safe_load((spec.inventory_dir / "group_vars/all/lab.yml").read_text())
+    assert "containerd_cdi_enabled" not in all_vars
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(spec.inventory_dir), "--list"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    hostvars = json.loads(proc.stdout)["_meta"]["hostvars"]
+    assert {h for h, v in hostvars.items() if v.get("containerd_cdi_enabled") is False} == no_cdi
+    assert all("containerd_cdi_enabled" not in v for h, v in hostvars.items() if h not in no_cdi)
+    assert hostvars["gpubunit-gpu1"]["nvidia_driver_kernel_version"] == BY_DISTRO[gpu_distro]["debian_kernel"]
+    assert "nvidia_driver_kernel_version" not in hostvars["gpubunit-cp1"]
+    marker = lab.read_marker(spec.inventory_dir) or {}
+    assert {n["name"]: n["distro"] for n in marker["nodes"]} == {
+        "gpubunit-cp1": distro, "gpubunit-gpu1": gpu_distro, "gpubunit-cpu1": distro
+    }  # fmt: skip
+    # The same validation `gpubring up` runs first accepts it.
+    from gpubring.inventory import load_inventory
+
+    assert set(load_inventory(spec.inventory_dir).hosts) == {n["name"] for n in marker["nodes"]}
+    # The lab made again on one release: the host_vars of the other are gone, the variable is the group's.
+    one = _spec(tmp_path, nodes=3, cpu_nodes=1, distro="debian12")
+    lab.write_inventory(one, plan.nodes, {p.port: ["ssh-ed25519 AAAA x"] for p in plan.nodes},
+                        lab.declared_variables(REPO), BY_DISTRO)  # fmt: skip
+    assert not list((spec.inventory_dir / "host_vars").glob("*/lab.yml"))
+    assert (
+        yaml.safe_load((spec.inventory_dir / "group_vars/all/lab.yml").read_text())["containerd_cdi_enabled"]
+        is False
+    )
+
+
+def test_lab_up_passes_the_gpu_distro(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[lab.LabSpec] = []
+
+    def fake_up(spec: lab.LabSpec, out: object) -> lab.LabPlan:
+        seen.append(spec)
+        return lab.LabPlan(())
+
+    monkeypatch.setattr(lab, "up", fake_up)
+    inv = tmp_path / "lab"
+    args = ["up", "--prefix", PREFIX, "--inventory-dir", str(inv), "--gpu-distro", "debian13"]
+    result = CliRunner().invoke(lab_command.app, args)
+    assert result.exit_code == 0, result.output
+    assert (seen[0].distro, seen[0].gpu_distro) == ("debian12", "debian13")

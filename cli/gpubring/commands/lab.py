@@ -55,13 +55,22 @@ def up_command(
     distro: Annotated[
         str, typer.Option("--distro", help=f"Test-host image: {' or '.join(lab.DISTROS)}.")
     ] = lab.DISTROS[0],
+    gpu_distro: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-distro",
+            help=f"Test-host image of the GPU nodes, when not --distro's: {' or '.join(lab.DISTROS)}.",
+            show_default=False,
+        ),
+    ] = None,
     prefix: Prefix = None,
     inventory_dir: InventoryDir = lab.DEFAULT_INVENTORY_DIR,
 ) -> None:
     """Start (or reuse) the lab's containers and write its inventory for `gpubring up`.
 
     Of the --nodes containers, --control-planes are control planes, --cpu-nodes CPU workers and the
-    rest GPU nodes; with no GPU node left (--nodes 1) the control planes are GPU nodes too. A second
+    rest GPU nodes; with no GPU node left (--nodes 1) the control planes are GPU nodes too. The GPU
+    nodes run --gpu-distro when given (one lab, two Debian releases), the others --distro. A second
     `lab up` with the same shape reuses the running containers.
     """
     spec = lab.LabSpec(
@@ -70,6 +79,7 @@ def up_command(
         control_planes=control_planes,
         cpu_nodes=cpu_nodes,
         distro=distro,
+        gpu_distro=gpu_distro,
         inventory_dir=inventory_dir,
     )
     # The nodes the lab had before: one of them created again (its container was removed) is a

@@ -71,6 +71,7 @@ from gpubring.lab.shape import (
     Node,
     PlannedNode,
     allocate_ports,
+    image_of,
     lab_nodes,
     plan_lab,
     port_is_free,
@@ -81,8 +82,10 @@ from gpubring.lab.variables import (
     LabFact,
     LabVar,
     declared_variables,
+    facts_by_distro,
     lab_facts,
     lab_group_vars,
+    lab_inventory_vars,
     lab_vars,
     needed_facts,
 )
@@ -114,10 +117,13 @@ __all__ = [
     "declared_variables",
     "down",
     "ensure_key",
+    "facts_by_distro",
     "find_prefix",
+    "image_of",
     "known_hosts_lines",
     "lab_facts",
     "lab_group_vars",
+    "lab_inventory_vars",
     "lab_nodes",
     "lab_vars",
     "needed_facts",
@@ -181,7 +187,7 @@ def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 1
     ensure_engine(out)
     ensure_image(spec, out)
     declared = declared_variables()
-    facts = lab_facts(spec, needed_facts(declared, spec.distro), read_marker(spec.inventory_dir), out)
+    facts = lab_facts(spec, facts_by_distro(declared, spec), read_marker(spec.inventory_dir), out)
     existing = lab_containers(spec.prefix)
     check_ownership(spec, existing)
     plan = plan_lab(spec, existing, published_ports())
@@ -200,13 +206,18 @@ def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 1
             out(f"reuse {p.node.name} ssh 127.0.0.1:{p.port}")
     paths = LabPaths(spec.inventory_dir)
     public_key = ensure_key(paths, spec.prefix)
-    kernel = facts.get(DEBIAN_KERNEL.name)
-    gpu = [p.node.name for p in plan.nodes if GROUP_GPU in p.node.groups and p.action == "create"]
-    if kernel and gpu:
-        out(f"kernel: installing linux-image-{kernel} on {', '.join(gpu)} (containers have no kernel)")
+
+    def kernel_of(p: PlannedNode) -> str | None:
+        """The Debian kernel a GPU node gets: the one its distro's archive carries."""
+        found = facts.get(spec.distro_of(p.node), {}).get(DEBIAN_KERNEL.name)
+        return str(found) if found and GROUP_GPU in p.node.groups else None
+
+    for p in plan.nodes:
+        if p.action == "create" and kernel_of(p):
+            out(f"kernel: installing linux-image-{kernel_of(p)} on {p.node.name} (containers have no kernel)")
 
     def setup(p: PlannedNode) -> list[str]:
-        return setup_node(p, public_key, kernel if GROUP_GPU in p.node.groups else None)
+        return setup_node(p, public_key, kernel_of(p))
 
     with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
         keys = list(pool.map(setup, plan.nodes))

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpubring.lab.shape import Container, LabError, LabSpec, PlannedNode
+from gpubring.lab.shape import Container, LabError, LabSpec, PlannedNode, image_of
 from gpubring.paths import project_root
 
 # Labels on every lab container: which lab it belongs to and which inventory groups it is in.
@@ -100,17 +100,20 @@ def ensure_engine(out: Callable[[str], None]) -> None:
 
 
 def ensure_image(spec: LabSpec, out: Callable[[str], None]) -> None:
-    """molecule/images/build.sh DISTRO (rebuilds only when the recipe changed), else insist on the image."""
+    """molecule/images/build.sh DISTRO for each distro the lab's nodes run (rebuilds only when the recipe
+    changed), else insist on the images."""
     script = project_root() / "molecule" / "images" / "build.sh"
-    if script.is_file():
-        out(f"image: {spec.image} (molecule/images/build.sh {spec.distro})")
-        proc = subprocess.run(["bash", str(script), spec.distro], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-10:]
-            raise LabError(f"building {spec.image} failed:\n" + "\n".join(tail))
-        return
-    if run_command(["docker", "image", "inspect", spec.image], check=False).returncode != 0:
-        raise LabError(f"image {spec.image} is missing, and no molecule/images/build.sh (a checkout's)")
+    for distro in spec.distros:
+        image = image_of(distro)
+        if script.is_file():
+            out(f"image: {image} (molecule/images/build.sh {distro})")
+            proc = subprocess.run(["bash", str(script), distro], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-10:]
+                raise LabError(f"building {image} failed:\n" + "\n".join(tail))
+            continue
+        if run_command(["docker", "image", "inspect", image], check=False).returncode != 0:
+            raise LabError(f"image {image} is missing, and no molecule/images/build.sh (a checkout's)")
 
 
 def _groups_label(value: str | None) -> tuple[str, ...]:
@@ -185,7 +188,7 @@ def run_container(spec: LabSpec, planned: PlannedNode) -> None:
         *SYSTEMD_RUN_OPTIONS,
         "-v", f"{cache}:{CCACHE_IN_NODE}",
         "-p", f"127.0.0.1:{planned.port}:22",
-        spec.image,
+        image_of(spec.distro_of(node)),
         SYSTEMD_COMMAND,
     )  # fmt: skip
 

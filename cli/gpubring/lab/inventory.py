@@ -23,7 +23,7 @@ from gpubring.lab.shape import (
     LabSpec,
     PlannedNode,
 )
-from gpubring.lab.variables import lab_group_vars
+from gpubring.lab.variables import lab_inventory_vars
 
 MARKER = ".gpubring-lab.json"  # hidden: Ansible skips dot-files when it reads an inventory folder
 SSH_DIR = ".ssh"
@@ -57,6 +57,9 @@ class LabPaths:
 
     def group_vars(self, group: str) -> Path:
         return self.root / "group_vars" / group / "lab.yml"
+
+    def host_vars(self, host: str) -> Path:
+        return self.root / "host_vars" / host / "lab.yml"
 
 
 def ssh_common_args(paths: LabPaths) -> str:
@@ -120,11 +123,12 @@ def write_inventory(
     nodes: Sequence[PlannedNode],
     host_keys: Mapping[int, Sequence[str]],
     declared: Iterable[str],
-    facts: Mapping[str, Any] | None = None,
+    facts: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
-    """Write hosts.yml, group_vars, known_hosts and the marker; return the lab vars left out."""
+    """Write hosts.yml, group_vars, host_vars, known_hosts and the marker; return the lab vars left out.
+    `facts` per distro (gpubring.lab.variables.lab_facts)."""
     paths = LabPaths(spec.inventory_dir)
-    group_vars, left_out = lab_group_vars(declared, spec.distro, facts)
+    group_vars, host_vars, left_out = lab_inventory_vars(declared, spec, facts)
     _write(paths.known_hosts, "\n".join(known_hosts_lines(host_keys)) + "\n", 0o600)
     _write(
         paths.hosts,
@@ -141,14 +145,40 @@ def write_inventory(
         _dump(group_vars["gpu_nodes"], "What a container cannot do on a GPU node (roles' own inputs)"),
         0o644,
     )
+    # A node's lab host_vars (a variable of one distro in a lab of two): this lab's nodes only, the
+    # files of nodes no longer in it removed.
+    for old in sorted((paths.root / "host_vars").glob("*/lab.yml")):
+        if old.parent.name not in host_vars:
+            old.unlink()
+            if not any(old.parent.iterdir()):
+                old.parent.rmdir()
+    for host, values in sorted(host_vars.items()):
+        _write(
+            paths.host_vars(host),
+            _dump(values, f"What a container cannot do on {host} ({_distro_of(spec, nodes, host)} only)"),
+            0o644,
+        )
     marker = {
         "prefix": spec.prefix,
         "distro": spec.distro,
-        "nodes": [{"name": p.node.name, "groups": list(p.node.groups), "port": p.port} for p in nodes],
-        "facts": dict(facts or {}),
+        "gpu_distro": spec.gpu_distro or spec.distro,
+        "nodes": [
+            {
+                "name": p.node.name,
+                "groups": list(p.node.groups),
+                "port": p.port,
+                "distro": spec.distro_of(p.node),
+            }
+            for p in nodes
+        ],
+        "facts_by_distro": {d: dict(v) for d, v in (facts or {}).items()},
     }
     _write(paths.marker, json.dumps(marker, indent=2) + "\n", 0o644)
     return left_out
+
+
+def _distro_of(spec: LabSpec, nodes: Sequence[PlannedNode], host: str) -> str:
+    return next((spec.distro_of(p.node) for p in nodes if p.node.name == host), spec.distro)
 
 
 def _write(path: Path, text: str, mode: int) -> None:

@@ -24,6 +24,11 @@ GROUP_CPU = "cpu_nodes"
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9-]{0,30}[a-z0-9]$|^[a-z]$")
 
 
+def image_of(distro: str) -> str:
+    """The test-host image of a distro (molecule/images/build.sh builds it)."""
+    return f"{IMAGE_REPOSITORY}:{distro}"
+
+
 class LabError(Exception):
     """A lab operation failed; the message says what and why."""
 
@@ -42,10 +47,24 @@ class LabSpec:
     cpu_nodes: int = 0
     distro: str = "debian12"
     inventory_dir: Path = DEFAULT_INVENTORY_DIR
+    # The GPU nodes' distro when it is not --distro (`--gpu-distro`): a lab whose GPU nodes run one
+    # Debian release and its control planes and CPU nodes another, so that one lab exercises both.
+    gpu_distro: str | None = None
 
     @property
     def image(self) -> str:
-        return f"{IMAGE_REPOSITORY}:{self.distro}"
+        """The image of the lab's --distro (its control planes and CPU nodes)."""
+        return image_of(self.distro)
+
+    def distro_of(self, node: Node) -> str:
+        """A node's distro: --gpu-distro on GPU nodes (all-in-one control planes too), else --distro."""
+        return self.gpu_distro if self.gpu_distro and GROUP_GPU in node.groups else self.distro
+
+    @property
+    def distros(self) -> tuple[str, ...]:
+        """The distros the lab's nodes run, in DISTROS order."""
+        used = {self.distro_of(n) for n in lab_nodes(self)}
+        return tuple(d for d in DISTROS if d in used) + tuple(sorted(used - set(DISTROS)))
 
     @property
     def network(self) -> str:
@@ -66,6 +85,8 @@ def spec_problems(spec: LabSpec) -> list[str]:
         )
     if spec.distro not in DISTROS:
         problems.append(f"--distro {spec.distro!r}: expected one of {', '.join(DISTROS)}")
+    if spec.gpu_distro is not None and spec.gpu_distro not in DISTROS:
+        problems.append(f"--gpu-distro {spec.gpu_distro!r}: expected one of {', '.join(DISTROS)}")
     if spec.nodes < 1:
         problems.append(f"--nodes {spec.nodes}: expected at least 1")
     if spec.control_planes < 1 or spec.control_planes % 2 == 0:
@@ -179,7 +200,12 @@ def plan_lab(
     remove: list[str] = []
     for c in existing:
         node = next((n for n in wanted if n.name == c.name), None)
-        if node is not None and c.image == spec.image and c.groups == node.groups and c.port is not None:
+        if (
+            node is not None
+            and c.image == image_of(spec.distro_of(node))
+            and c.groups == node.groups
+            and c.port is not None
+        ):
             reuse[c.name] = c
         else:
             remove.append(c.name)

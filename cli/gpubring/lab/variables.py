@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from gpubring import yamlfile
 from gpubring.lab.docker import debian_kernel
-from gpubring.lab.shape import DISTROS, LabError, LabSpec
+from gpubring.lab.shape import DISTROS, GROUP_GPU, LabError, LabSpec, Node, image_of, lab_nodes
 
 VARS_FILE = Path(__file__).with_name("vars.yml")
 GROUPS = ("all", "gpu_nodes")
@@ -128,20 +128,93 @@ def lab_group_vars(
     return out, left_out
 
 
-def lab_facts(
-    spec: LabSpec, needed: Iterable[LabFact], previous: Mapping[str, Any] | None, out: Callable[[str], None]
-) -> dict[str, Any]:
-    """The facts the lab variables need, reusing what the folder's marker recorded for this distro."""
-    facts: dict[str, Any] = {}
-    recorded = (
-        dict((previous or {}).get("facts") or {}) if (previous or {}).get("distro") == spec.distro else {}
-    )
-    for fact in sorted(needed, key=lambda f: f.name):
-        if fact.name in recorded:
-            facts[fact.name] = recorded[fact.name]
-        elif fact == DEBIAN_KERNEL:
-            facts[fact.name] = debian_kernel(spec.image)
-            out(f"kernel: Debian's archive carries {facts[fact.name]}; GPU nodes build the driver for it")
+def _members(var: LabVar, nodes: Sequence[Node]) -> list[Node]:
+    return [n for n in nodes if var.group == "all" or GROUP_GPU in n.groups]
+
+
+def facts_by_distro(
+    declared: Iterable[str], spec: LabSpec, table: Sequence[LabVar] | None = None
+) -> dict[str, set[LabFact]]:
+    """The facts `lab up` has to find out, per distro: a fact is asked of a distro only when a node of
+    that distro gets the variable (a lab whose GPU nodes alone run debian13 asks debian13's kernel)."""
+    known = set(declared)
+    nodes = lab_nodes(spec)
+    needed: dict[str, set[LabFact]] = {}
+    for var in lab_vars() if table is None else table:
+        if not isinstance(var.value, LabFact) or var.name not in known:
+            continue
+        for node in _members(var, nodes):
+            distro = spec.distro_of(node)
+            if distro in var.distros:
+                needed.setdefault(distro, set()).add(var.value)
+    return needed
+
+
+def lab_inventory_vars(
+    declared: Iterable[str],
+    spec: LabSpec,
+    facts: Mapping[str, Mapping[str, Any]] | None = None,
+    table: Sequence[LabVar] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+    """The lab's variables as group_vars ({"all": {...}, "gpu_nodes": {...}}) and host_vars
+    ({node: {...}}), and the names left out; `facts` per distro ({"debian13": {"debian_kernel": ...}}).
+
+    A variable goes to its group's group_vars when it applies to every node of the group with one value
+    (always, in a lab of one distro); in a lab whose GPU nodes run another distro (--gpu-distro), a
+    variable that applies to one distro only, or whose fact differs between them, goes to the
+    host_vars of each node it applies to instead."""
+    known = set(declared)
+    nodes = lab_nodes(spec)
+    group_vars: dict[str, dict[str, Any]] = {"all": {}, "gpu_nodes": {}}
+    host_vars: dict[str, dict[str, Any]] = {}
+    left_out: list[str] = []
+    for var in lab_vars() if table is None else table:
+        members = _members(var, nodes)
+        targets = [n for n in members if spec.distro_of(n) in var.distros]
+        if not targets:
+            continue
+        if var.name not in known:
+            left_out.append(var.name)
+            continue
+        values: dict[str, Any] = {}
+        for node in targets:
+            value = var.value
+            if isinstance(value, LabFact):
+                distro = spec.distro_of(node)
+                found = (facts or {}).get(distro) or {}
+                if value.name not in found:
+                    raise LabError(f"{var.name}: the lab did not find out {value.name} for {distro}")
+                value = found[value.name]
+            values[node.name] = value
+        distinct = {repr(v) for v in values.values()}
+        if len(targets) == len(members) and len(distinct) == 1:
+            group_vars[var.group][var.name] = values[targets[0].name]
         else:
-            raise LabError(f"no way to find out {fact.name}")
+            for name, value in values.items():
+                host_vars.setdefault(name, {})[var.name] = value
+    return group_vars, host_vars, left_out
+
+
+def lab_facts(
+    spec: LabSpec,
+    needed: Mapping[str, Iterable[LabFact]],
+    previous: Mapping[str, Any] | None,
+    out: Callable[[str], None],
+) -> dict[str, dict[str, Any]]:
+    """The facts the lab variables need, per distro, reusing what the folder's marker recorded."""
+    recorded_all = (previous or {}).get("facts_by_distro")
+    recorded_all = recorded_all if isinstance(recorded_all, dict) else {}
+    facts: dict[str, dict[str, Any]] = {}
+    for distro in sorted(needed):
+        recorded = recorded_all.get(distro)
+        recorded = recorded if isinstance(recorded, dict) else {}
+        for fact in sorted(needed[distro], key=lambda f: f.name):
+            if fact.name in recorded:
+                facts.setdefault(distro, {})[fact.name] = recorded[fact.name]
+            elif fact == DEBIAN_KERNEL:
+                value = debian_kernel(image_of(distro))
+                facts.setdefault(distro, {})[fact.name] = value
+                out(f"kernel: Debian's archive carries {value} ({distro}): GPU nodes build the driver for it")
+            else:
+                raise LabError(f"no way to find out {fact.name}")
     return facts
