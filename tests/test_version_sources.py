@@ -109,15 +109,26 @@ def test_setting_names_exist() -> None:
 def satisfies(version: str, constraint: str) -> bool:
     """A release version against a Helm (Masterminds semver) constraint: `||` between alternatives,
     commas or spaces between comparisons that must all hold. A `-0` pre-release bound (">= 1.21.0-0")
-    only admits pre-releases too, so for a release version it compares as the release."""
+    only admits pre-releases too, so for a release version it compares as the release. `^1.25.0` is
+    >= 1.25.0 < 2.0.0 (`^0.2.3`: < 0.3.0), `~1.2.3` is >= 1.2.3 < 1.3.0 (`~1`: < 2), as Masterminds
+    semver reads them (grafana 12.11.1's kubeVersion is "^1.25.0-0")."""
     have = Version(version.lstrip("vV"))
     for alternative in constraint.split("||"):
-        parts = re.findall(r"(>=|<=|!=|>|<|=)?\s*v?(\d+(?:\.\d+){0,2})(?:-[0-9A-Za-z.]+)?", alternative)
+        parts = re.findall(r"(>=|<=|!=|>|<|=|\^|~)?\s*v?(\d+(?:\.\d+){0,2})(?:-[0-9A-Za-z.]+)?", alternative)
         if not parts:
             raise ValueError(f"no comparison in {constraint!r}")
         ok = True
         for op, bound in parts:
             want = Version(bound)
+            if op in ("^", "~"):
+                nums = [int(n) for n in bound.split(".")]
+                # ~ and ^ of a 0.x version raise the minor; ^ of 1+ the major; ~ of a bare major too.
+                if (op == "^" and nums[0] > 0) or len(nums) == 1:
+                    upper = Version(f"{nums[0] + 1}")
+                else:
+                    upper = Version(f"{nums[0]}.{nums[1] + 1}")
+                ok = ok and want <= have < upper
+                continue
             ok = (
                 ok
                 and {
@@ -145,6 +156,12 @@ def satisfies(version: str, constraint: str) -> bool:
         ("1.34.2", ">=1.25.0-0 <1.34.0-0", False),
         ("1.33.1", ">=1.25.0-0, <1.34.0-0", True),
         ("1.34.2", "<1.30.0 || >=1.34.0", True),
+        ("1.35.9", "^1.25.0-0", True),
+        ("1.24.9", "^1.25.0-0", False),
+        ("2.0.0", "^1.25.0-0", False),
+        ("0.3.0", "^0.2.3", False),
+        ("1.2.9", "~1.2.3", True),
+        ("1.3.0", "~1.2.3", False),
     ],
 )
 def test_satisfies(version: str, constraint: str, expected: bool) -> None:

@@ -17,6 +17,7 @@ from gpubring.validation import rules
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
 DRA_ON = "dra_driver_enabled: true\ndra_driver_compute_domains: true\n"
+PINNED_KUBERNETES = str(versions.load_pinned()["kubernetes"]["version"])
 
 
 def run(*args: object) -> Result:
@@ -85,7 +86,7 @@ def test_check_overrides_shapes() -> None:
     problems = rules.check_overrides(pinned, {"kubernetes": "1.34", "cni": {"calico": ["3.30"]}})
     assert problems == [
         ("gpubring_versions.kubernetes", "expected a mapping of pins (version)"),
-        ("gpubring_versions.cni.calico", 'expected a version string such as "3.30.3"'),
+        ("gpubring_versions.cni.calico", f'expected a version string such as "{pinned["cni"]["calico"]}"'),
     ]
     assert rules.check_overrides(pinned, ["1.34"]) == [
         ("gpubring_versions", "expected a mapping shaped like gpubring_versions in versions.yml")
@@ -175,18 +176,27 @@ def test_dra_with_kubernetes_1_33_fails_naming_the_rule(make_inventory: MakeInve
     )
     result = run("plan", root)
     assert result.exit_code == 2
-    assert result.stderr.splitlines() == [
+    # The DRA rule, and the ranges 1.33 is also outside of (the DRA driver's 1.34.2+, Calico's 1.34+).
+    lines = result.stderr.splitlines()
+    assert (
         "error: group_vars/all/versions.yml: gpubring_versions.kubernetes.version: expected "
         "kubernetes.version >= 1.34, got 1.33.5 (rule dra-needs-kubernetes-1.34: NVIDIA's DRA driver needs "
         "Kubernetes >= 1.34 (resource.k8s.io/v1))"
-    ]
+    ) in lines
+    assert all(
+        line.startswith("error: group_vars/all/versions.yml: gpubring_versions.kubernetes.version:")
+        for line in lines
+    )
 
 
-def test_kubernetes_1_33_without_dra_is_fine(make_inventory: MakeInventory) -> None:
+def test_kubernetes_1_33_without_dra_is_fine(make_inventory: MakeInventory, sample_inventory: Path) -> None:
+    # Flannel: Calico v3.32 is tested from 1.34 on only.
+    cluster = (sample_inventory / "group_vars/all/cluster.yml").read_text()
     root = make_inventory(
         {
             **overrides("  kubernetes: {version: '1.33.5'}\n"),
             "group_vars/all/dra.yml": "dra_driver_enabled: false\n",
+            "group_vars/all/cluster.yml": cluster.replace("gpubring_cni: calico", "gpubring_cni: flannel"),
         }
     )
     inv = load_inventory(root)
@@ -255,13 +265,13 @@ def test_override_of_all_vars_in_hosts_yml_is_named(
         .read_text()
         .replace(
             "all:\n  children:",
-            "all:\n  vars:\n    gpubring_versions: {kubernetes: {version: '1.36.0'}}\n  children:",
+            "all:\n  vars:\n    gpubring_versions: {kubernetes: {version: '1.37.0'}}\n  children:",
         )
     )
     root = make_inventory({"hosts.yml": text, "group_vars/all/versions.yml": None})
     with pytest.raises(InventoryError) as info:
         load_inventory(root)
-    # One problem per rule 1.36 breaks (the GPU Operator's range, Calico's), each naming the override.
+    # One problem per rule 1.37 breaks (the GPU Operator's range, Calico's), each naming the override.
     assert {(p.file, p.key) for p in info.value.problems} == {
         ("hosts.yml", "all.vars.gpubring_versions.kubernetes.version")
     }
@@ -275,7 +285,7 @@ def test_versions_command_prints_matrix_and_verdicts(sample_inventory: Path) -> 
     result = run("versions", sample_inventory)
     assert result.exit_code == 0, result.output
     assert "kubernetes.version" in result.stdout
-    assert "1.34.2" in result.stdout
+    assert PINNED_KUBERNETES in result.stdout
     for rule in versions.load_rules():
         assert rule.id in result.stdout
     assert "not applicable" in result.stdout
@@ -288,7 +298,7 @@ def test_versions_command_flags_overrides(make_inventory: MakeInventory) -> None
     assert result.exit_code == 0, result.output
     line = next(s for s in result.stdout.splitlines() if "kubernetes.version" in s)
     assert "1.34.3" in line
-    assert "inventory override (pinned 1.34.2)" in line
+    assert f"inventory override (pinned {PINNED_KUBERNETES})" in line
 
 
 def test_versions_command_json(make_inventory: MakeInventory) -> None:
@@ -302,7 +312,7 @@ def test_versions_command_json(make_inventory: MakeInventory) -> None:
         "path": "kubernetes.version",
         "version": "1.34.3",
         "overridden": True,
-        "pinned": "1.34.2",
+        "pinned": PINNED_KUBERNETES,
     }
     assert {r["id"] for r in doc["rules"]} == {r.id for r in versions.load_rules()}
     assert {r["verdict"] for r in doc["rules"]} <= {"pass", "fail", "not applicable"}
