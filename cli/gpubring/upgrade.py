@@ -462,7 +462,11 @@ def plan_lines(plan: UpgradePlan, *, width: int = 20) -> list[str]:
         out.append(
             f"{step}. platform releases (CRDs first where Helm would not upgrade them), then readiness:"
         )
-        out.extend(f"     {change}" for change in plan.releases)
+        from gpubring import hops  # the operators' hops and each release's CRDs (issue 22)
+
+        found = hops.roads(plan.releases)
+        out.extend(f"     {road}" for road in found)
+        out.extend(hops.run_lines(found))
     else:
         out.append("platform releases: every chart pin as recorded; nothing to upgrade")
     changing = len(plan.changing)

@@ -97,6 +97,10 @@ def command(
         planning.write_json(planning.plan_document(plan), json_out, console)
     if json_out != "-":
         planning.render_plan(plan, console)
+        from gpubring import support  # support windows of the pins (issue 22)
+
+        for line in support.lines(inv.versions):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if manifests is not None:
         result = _write_manifests(inv, manifests, charts)
         _show(result, console if json_out != "-" else Console(stderr=True))

@@ -84,4 +84,8 @@ def command(
     outcome = steps.run_steps(
         inv, [step], run, title=f"gpubring up {inventory}", phases=selection, scope=True
     )
+    from gpubring import support  # the end of `up` says when the pins leave upstream support
+
+    for line in support.lines(inv.versions, only_alarming=True):
+        typer.echo(line)
     raise typer.Exit(code=int(outcome.exit_code))

@@ -45,6 +45,12 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
             typer.echo(line)
         typer.echo(f"next: gpubring upgrade {inventory}")
         raise typer.Exit(code=ExitCode.OK)
+    from gpubring import hops  # an operator that must move one major line at a time (issue 22)
+
+    found = hops.roads(plan.releases)
+    if any(road.via for road in found):
+        typer.echo(f"error: {hops.refusal(found)}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT)
     try:
         phases = nodeops.node_phases(inv, False, PHASES)
     except nodeops.NodeError as exc:

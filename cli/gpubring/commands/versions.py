@@ -26,7 +26,7 @@ def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
     # Imported here: `gpubring --help` does not pay for YAML and the inventory model.
     from rich.console import Console
 
-    from gpubring import planning
+    from gpubring import planning, support
     from gpubring import versions as matrix
     from gpubring.commands._common import exit_with, load_or_exit
 
@@ -34,8 +34,12 @@ def command(inventory: InventoryArg, json_out: JsonOut = None) -> None:
     console = Console()
     pinned = matrix.load_pinned()
     if json_out is not None:
-        planning.write_json(planning.versions_document(inv, pinned), json_out, console)
+        document = planning.versions_document(inv, pinned)
+        document["support"] = support.document(inv.versions)  # support windows (issue 22)
+        planning.write_json(document, json_out, console)
     if json_out != "-":
         planning.render_versions(inv, pinned, console)
+        for line in support.lines(inv.versions):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if inv.version_problems:
         exit_with(list(inv.version_problems))
