@@ -171,6 +171,14 @@ def test_satisfies(version: str, constraint: str, expected: bool) -> None:
 _CHARTS = [(pin, pattern.format(versions.get_path(PINNED, pin))) for pin, pattern in PINNED_FOLDERS]
 
 
+def test_every_pinned_chart_is_in_the_upstream_folder() -> None:
+    """The other tests skip a chart they cannot find; this one fails, naming every pinned chart (and
+    manifest) that $GPUBRING_UPSTREAM_DIR/charts lacks, so a new pin cannot go untested quietly."""
+    charts = upstream_dir() / "charts"
+    missing = [f"{folder} (pin {pin})" for pin, folder in _CHARTS if not (charts / folder).is_dir()]
+    assert missing == [], f"add these folders to {charts} (charts/SOURCES.md says where each comes from)"
+
+
 @pytest.mark.parametrize(("pin", "folder"), _CHARTS, ids=[f for _, f in _CHARTS])
 def test_pinned_kubernetes_fits_the_charts_kube_version(pin: str, folder: str) -> None:
     root: Path = upstream_dir() / "charts" / folder

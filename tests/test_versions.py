@@ -127,7 +127,7 @@ def test_rules_pass_fail_and_not_applicable() -> None:
     results = {r.id: r for r in rules.evaluate_rules(low, {"a_enabled": True, "mode": "strict"}, RULES)}
     assert results["needs-a"].verdict == "fail"
     assert results["needs-a"].failures[0] == versions.Failure("x.version", ">= 2", "1.9")
-    assert results["x-in-y-range"].detail == "x.version 1.9 is not >= 2.4 (y.min)"
+    assert results["x-in-y-range"].detail == "x.version 1.9 is not >= 2.4 (y.min, of the range 2.4 to 2.5)"
     assert results["x-equal-z"].failures[0].expected == "equal to z.version (2.5.1)"
     assert results["x-equal-z"].failures[0].refs == ("z.version",)
 
@@ -254,7 +254,7 @@ def test_pin_out_of_operator_range_without_override_names_versions_yml(make_inve
         "group_vars/all/versions.yml",
         "gpubring_versions.gpu_operator.kubernetes_max",
     )
-    assert "<= 1.33 (gpu_operator.kubernetes_max)" in problem.expected
+    assert "<= 1.33 (gpu_operator.kubernetes_max, of the range 1.33 to 1.33)" in problem.expected
 
 
 def test_override_of_all_vars_in_hosts_yml_is_named(

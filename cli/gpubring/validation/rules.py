@@ -91,6 +91,13 @@ def _check(req: Requirement, versions: Mapping[str, Any]) -> tuple[list[str], li
     passed: list[str] = []
     failed: list[Failure] = []
 
+    # A range read from two pins (a component's kubernetes_min/max) is named whole when one end fails.
+    whole = (
+        f", of the range {get_path(versions, req.min_path)} to {get_path(versions, req.max_path)}"
+        if req.min_path is not None and req.max_path is not None
+        else ""
+    )
+
     def bound(op: str, text: str, ref: str | None) -> None:
         parsed = parse_version(text)
         label = f"{op} {text}" + (f" ({ref})" if ref else "")
@@ -99,7 +106,7 @@ def _check(req: Requirement, versions: Mapping[str, Any]) -> tuple[list[str], li
         elif (compare(actual, parsed) >= 0) if op == ">=" else (compare(actual, parsed) <= 0):
             passed.append(f"{req.path} {raw} {label}")
         else:
-            failed.append(Failure(req.path, label, str(raw)))
+            failed.append(Failure(req.path, f"{op} {text} ({ref}{whole})" if ref else label, str(raw)))
 
     if req.min is not None:
         bound(">=", req.min, None)
