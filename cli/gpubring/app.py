@@ -12,7 +12,7 @@ from typing import Any, TextIO, cast
 import typer
 
 from gpubring import __version__
-from gpubring.commands import check, dev, lab, node, plan, reset, runs, up, upgrade, verify, versions
+from gpubring.commands import certs, check, dev, lab, node, plan, reset, runs, up, upgrade, verify, versions
 
 app = typer.Typer(
     name="gpubring",
@@ -32,6 +32,7 @@ app.command("runs")(runs.command)
 app.command("reset")(reset.command)
 app.command("upgrade")(upgrade.command)
 app.command("verify")(verify.command)
+app.command("certs")(certs.command)
 app.add_typer(lab.app, name="lab")
 app.add_typer(dev.app, name="dev")
 app.add_typer(node.app, name="node")

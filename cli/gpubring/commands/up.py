@@ -84,6 +84,10 @@ def command(
     outcome = steps.run_steps(
         inv, [step], run, title=f"gpubring up {inventory}", phases=selection, scope=True
     )
+    if outcome.last is not None:  # certificates that expire within gpubring_cert_warn_days (verify phase)
+        from gpubring.commands.certs import print_cert_warnings
+
+        print_cert_warnings(outcome.last.run_folder)
     from gpubring import support  # the end of `up` says when the pins leave upstream support
 
     for line in support.lines(inv.versions, only_alarming=True):

@@ -150,6 +150,10 @@ def command(
         console=console,
     )
     result = outcome.last
+    if result is not None:  # certificates that expire within gpubring_cert_warn_days
+        from gpubring.commands.certs import print_cert_warnings
+
+        print_cert_warnings(result.run_folder)
     if report is not None and result is not None:
         try:
             written = write_conformance(report, result.report.to_json(), result.run_folder, inv)
