@@ -40,7 +40,9 @@ def test_ready_gate_refuses_the_old_kubelets_status() -> None:
 
 
 def test_ready_gate_refuses_a_stale_heartbeat_even_at_the_new_version() -> None:
-    verdict = F["cluster_upgrade_node_ready"](node("node-gpu-1-new-version-stale-heartbeat"), "1.34.2", RESTART)
+    verdict = F["cluster_upgrade_node_ready"](
+        node("node-gpu-1-new-version-stale-heartbeat"), "1.34.2", RESTART
+    )
     assert verdict["ready"] is False
     assert "no Ready heartbeat since the restart" in verdict["why"]
     assert "2026-11-27T10:00:40Z" in verdict["why"]
@@ -55,9 +57,13 @@ def test_ready_gate_passes_the_new_kubelets_heartbeat() -> None:
     verdict = F["cluster_upgrade_node_ready"](node("node-gpu-1-upgraded"), "v1.34.2", RESTART)
     assert verdict["ready"] is True
     # A restart time with an offset is the same instant.
-    assert F["cluster_upgrade_node_ready"](node("node-gpu-1-upgraded"), "1.34.2", "2026-11-27T11:05:00+01:00")["ready"]
+    assert F["cluster_upgrade_node_ready"](
+        node("node-gpu-1-upgraded"), "1.34.2", "2026-11-27T11:05:00+01:00"
+    )["ready"]
     # The heartbeat must be newer than the restart, not equal.
-    assert not F["cluster_upgrade_node_ready"](node("node-gpu-1-upgraded"), "1.34.2", "2026-11-27T10:05:21Z")["ready"]
+    assert not F["cluster_upgrade_node_ready"](node("node-gpu-1-upgraded"), "1.34.2", "2026-11-27T10:05:21Z")[
+        "ready"
+    ]
 
 
 def test_ready_gate_without_node_or_time() -> None:
@@ -143,17 +149,26 @@ def test_pdb_blockers() -> None:
 
 def test_pdb_selector_semantics() -> None:
     f = F["cluster_upgrade_pdb_blockers"]
-    pod = {"metadata": {"name": "p", "namespace": "a", "labels": {"x": "1"}}, "spec": {"nodeName": "n"}, "status": {}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "a", "labels": {"x": "1"}},
+        "spec": {"nodeName": "n"},
+        "status": {},
+    }
 
     def pdb(selector: Any, namespace: str = "a") -> dict[str, Any]:
-        return {"metadata": {"name": "b", "namespace": namespace}, "spec": {"selector": selector},
-                "status": {"disruptionsAllowed": 0}}
+        return {
+            "metadata": {"name": "b", "namespace": namespace},
+            "spec": {"selector": selector},
+            "status": {"disruptionsAllowed": 0},
+        }
 
     assert f([pdb({})], [pod], ["n"])  # an empty selector selects every pod of the namespace
     assert not f([pdb(None)], [pod], ["n"])  # a null selector selects none
     assert not f([pdb({}, "other")], [pod], ["n"])
     assert f([pdb({"matchExpressions": [{"key": "x", "operator": "Exists"}]})], [pod], ["n"])
-    assert not f([pdb({"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["1"]}]})], [pod], ["n"])
+    assert not f(
+        [pdb({"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["1"]}]})], [pod], ["n"]
+    )
     assert not f([pdb({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}]})], [pod], ["n"])
     mirror = {**pod, "metadata": {**pod["metadata"], "annotations": {"kubernetes.io/config.mirror": "abc"}}}
     assert not f([pdb({})], [mirror], ["n"])
@@ -163,7 +178,11 @@ def test_deprecated_apis_from_metrics() -> None:
     found = F["cluster_upgrade_deprecated_apis"]((FIX / "metrics.txt").read_text())
     assert found == [
         {"group": "", "version": "v1", "resource": "endpoints", "removed_release": ""},
-        {"group": "flowcontrol.apiserver.k8s.io", "version": "v1beta3", "resource": "flowschemas",
-         "removed_release": "1.32"},
+        {
+            "group": "flowcontrol.apiserver.k8s.io",
+            "version": "v1beta3",
+            "resource": "flowschemas",
+            "removed_release": "1.32",
+        },
     ]
     assert F["cluster_upgrade_deprecated_apis"]("") == []

@@ -129,11 +129,7 @@ def cluster_upgrade_pdb_blockers(
     pdbs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], nodes: Sequence[str]
 ) -> list[dict[str, Any]]:
     drained = set(nodes or [])
-    candidates = [
-        p
-        for p in pods or []
-        if (p.get("spec") or {}).get("nodeName") in drained and _evicted(p)
-    ]
+    candidates = [p for p in pods or [] if (p.get("spec") or {}).get("nodeName") in drained and _evicted(p)]
     out = []
     for pdb in pdbs or []:
         if int((pdb.get("status") or {}).get("disruptionsAllowed") or 0) > 0:
@@ -166,7 +162,8 @@ def cluster_upgrade_deprecated_apis(metrics: str) -> list[dict[str, str]]:
             {
                 "group": found.get("group", ""),
                 "version": found.get("version", ""),
-                "resource": found.get("resource", "") + (f"/{found['subresource']}" if found.get("subresource") else ""),
+                "resource": found.get("resource", "")
+                + (f"/{found['subresource']}" if found.get("subresource") else ""),
                 "removed_release": found.get("removed_release", ""),
             }
         )
