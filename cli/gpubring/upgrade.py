@@ -22,6 +22,7 @@ releases (gpubring.catalog: which releases the platform phase applies, and their
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +45,7 @@ __all__ = [
     "batches",
     "forget_hosts",
     "load_installed",
+    "network_operator_hops",
     "plan_lines",
     "plan_upgrade",
     "record_run",
@@ -89,8 +91,8 @@ COMPONENTS: dict[str, Component] = {
 def release_pins(root: Path | None = None) -> dict[str, str]:
     """The platform releases an upgrade knows: release name -> its chart pin (versions.yml), in the
     order the platform phase applies them, as the roles declare them (gpubring.catalog). The CNI's
-    releases are not here (the cluster phase runs the cni role): switching or upgrading the pod
-    network of a running cluster is not done by gpubring (docs/cluster.md)."""
+    releases are not here: playbooks/upgrade.yml runs the cni role after the control planes (its
+    release at the chart pin); switching to another pod network is not done by gpubring."""
     return {r.name: r.pin for r in catalog.declared_releases(root) if r.phase == "platform" and r.pin}
 
 
@@ -183,9 +185,36 @@ def _applies(inv: Inventory, host: str, component: Component) -> bool:
     return bool(_pin(inv, component.pin))
 
 
+#: What a pending reboot's reasons say about the NVIDIA driver that runs (report.json reboot_pending):
+#: the cluster_upgrade role's (roles/cluster_upgrade/tasks/driver.yml) and the nvidia_driver role's
+#: (roles/nvidia_driver/tasks/reboot_flag.yml) words, loaded module first, installed driver second.
+_DRIVER_PENDING = (
+    re.compile(r"^cluster_upgrade: kept cordoned, the NVIDIA module (\S+) runs and (\S+) is installed"),
+    re.compile(r"^nvidia_driver: .*the loaded nvidia module is (\S+), the installed driver (\S+?)(?:;|$)"),
+)
+
+
+def _driver_running(report: Mapping[str, Any], host: str) -> tuple[str, str] | None:
+    """(loaded, installed) when the run left `host` waiting for a reboot with a driver module that is
+    not the installed one; ("", "") when it waits for the driver's reboot without saying which runs."""
+    pending = (report.get("reboot_pending") or {}).get(host)
+    reasons = pending.get("reasons") if isinstance(pending, Mapping) else None
+    if not isinstance(reasons, list | tuple):
+        return None
+    waits = False
+    for reason in map(str, reasons):
+        for pattern in _DRIVER_PENDING:
+            if found := pattern.search(reason):
+                return found.group(1), found.group(2)
+        waits = waits or reason.startswith(("nvidia_driver:", "cluster_upgrade:"))
+    return ("", "") if waits else None
+
+
 def record_run(inv: Inventory, report: Mapping[str, Any], phases: Iterable[str]) -> bool:
     """After a run: record the pins of `phases` for the hosts it covered. Only a run that succeeded
-    (exit 0), was not in check mode and left no task out by --tags/--skip-tags counts. Returns whether
+    (exit 0), was not in check mode and left no task out by --tags/--skip-tags counts. A GPU node left
+    waiting for the reboot its new driver needs records what runs: `nvidia_driver` is the loaded
+    module (absent when unknown) and `nvidia_driver_installed` the driver installed. Returns whether
     the record changed."""
     if report.get("exit_code") != 0 or report.get("check"):
         return False
@@ -209,6 +238,17 @@ def record_run(inv: Inventory, report: Mapping[str, Any], phases: Iterable[str])
                 hosts.setdefault(host, {})[name] = _pin(inv, component.pin)
                 runs[host] = run_name
                 changed = True
+        driver = _driver_running(report, host)
+        entry = hosts.get(host)
+        if entry is not None and "nvidia_driver" in entry:
+            entry.pop("nvidia_driver_installed", None)
+            if driver is not None:
+                loaded, installed = driver
+                entry["nvidia_driver_installed"] = installed or entry["nvidia_driver"]
+                if loaded:
+                    entry["nvidia_driver"] = loaded
+                else:
+                    del entry["nvidia_driver"]
     if "platform" in done:
         for name, pin in release_pins().items():
             version = _pin(inv, pin)
@@ -341,6 +381,71 @@ def check_hop(current: str, target: str, what: str) -> None:
         )
 
 
+#: The NVIDIA Network Operator's release lines (its calendar versions YY.MM; YY.MM.PP is a patch of the
+#: line YY.MM). Mellanox/network-operator-docs, docs/life-cycle-management.rst at v25.10.0, "Network
+#: Operator Versioning" and "Network Operator Life Cycle": a new line puts the previous one in
+#: maintenance and the one before it out of support (EOL); the upgrade it documents is `helm upgrade`
+#: from the line before. A line comes out every three months (the repository's tags: v24.4.0, v24.7.0,
+#: v24.10.0, v25.1.0, v25.4.0, v25.7.0, v25.10.0, v26.1.0), the months 1, 4, 7 and 10.
+NETWORK_OPERATOR_RELEASE = "network-operator"
+_NETWORK_OPERATOR_MONTHS = (1, 4, 7, 10)
+
+
+def _network_operator_line(version: str) -> tuple[int, int] | None:
+    parsed = parse_version(version)
+    if not parsed or len(parsed) < 2 or parsed[1] not in _NETWORK_OPERATOR_MONTHS:
+        return None
+    return parsed[0], parsed[1]
+
+
+def _next_line(line: tuple[int, int]) -> tuple[int, int]:
+    year, month = line
+    return (year + 1, 1) if month == _NETWORK_OPERATOR_MONTHS[-1] else (year, month + 3)
+
+
+def network_operator_hops(current: str, target: str) -> list[str]:
+    """The Network Operator chart upgrade from `current` to `target` as release lines: [] when
+    `target` is on the same line or the next one (one `helm upgrade`), else every line from
+    `current`'s to `target`'s (each a separate upgrade). Raises UpgradeError for a downgrade to an
+    older line or a version that is not a release line."""
+    have, want = _network_operator_line(current), _network_operator_line(target)
+    if have is None or want is None:
+        bad = current if have is None else target
+        raise UpgradeError(
+            f"Network Operator chart {bad} is not a release line YY.MM.PP with MM in 1, 4, 7, 10 "
+            "(network-operator-docs, life-cycle-management.rst: calendar versions)"
+        )
+    if want < have:
+        raise UpgradeError(
+            f"Network Operator chart {current} -> {target} goes back to an older release line, which the "
+            "Network Operator's life-cycle documents do not cover; pin a chart of the line "
+            f"{have[0]}.{have[1]} or newer"
+        )
+    lines = [have]
+    while lines[-1] < want:
+        lines.append(_next_line(lines[-1]))
+    return [] if len(lines) <= 2 else [f"{y}.{m}" for y, m in lines]
+
+
+def _check_network_operator(record: Installed, inv: Inventory, pins: Mapping[str, str]) -> None:
+    old = record.releases.get(NETWORK_OPERATOR_RELEASE)
+    pin = pins.get(NETWORK_OPERATOR_RELEASE)
+    new = _pin(inv, pin) if pin else ""
+    if not old or not new or old == new:
+        return
+    hops = network_operator_hops(old, new)
+    if hops:
+        steps = " -> ".join(hops)
+        raise UpgradeError(
+            f"the Network Operator runs chart {old} and the pin is {new}: "
+            f"{len(hops) - 1} release lines at once. "
+            "Its life cycle (Mellanox/network-operator-docs, docs/life-cycle-management.rst) keeps only the "
+            f"line before the current one in support, so this takes {len(hops) - 1} upgrades: {steps}. "
+            f"Pin the newest {hops[1]}.x chart (gpubring_versions.network_operator.chart) and run "
+            "`gpubring upgrade`, then the next line."
+        )
+
+
 def _node(inv: Inventory, record: Installed, host: str) -> NodePlan:
     had = record.hosts.get(host, {})
     changes = []
@@ -381,6 +486,7 @@ def plan_upgrade(inv: Inventory, record: Installed | None = None) -> UpgradePlan
         pins = release_pins()
     except catalog.CatalogError as exc:  # a role's release cannot be read: a project bug
         raise UpgradeError(f"the platform releases cannot be listed: {exc}") from None
+    _check_network_operator(record, inv, pins)
     releases = tuple(
         Change(name, record.releases.get(name), version)
         for name, pin in pins.items()
