@@ -363,6 +363,11 @@ def test_upgrade_plans_from_the_record_and_its_playbook_reads_every_node(lab_dir
     plan = gpubring("upgrade", lab_dir, "--check", timeout=300)
     assert plan.returncode == 0, _tail(plan)
     assert f"first control plane {PREFIX}-cp1" in plan.stdout, plan.stdout
+    # Issue 22: the lab's record holds no platform release (no platform phase), so no operator hop is
+    # planned; `versions` on the lab's inventory ends with the pins' support windows.
+    assert "runs of `gpubring upgrade`" not in plan.stdout, plan.stdout
+    windows = gpubring("versions", lab_dir, timeout=300)
+    assert "Support windows on " in windows.stdout, _tail(windows)
     runs_before = sorted((lab_dir / ".gpubring" / "runs").iterdir())
     refused = gpubring("upgrade", lab_dir, timeout=300)
     assert refused.returncode == 2, _tail(refused)
