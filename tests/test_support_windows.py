@@ -4,6 +4,8 @@ and the NVIDIA driver branch on a given day (GPUBRING_TODAY freezes it)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from datetime import date
 from pathlib import Path
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 from gpubring import support, versions
 from gpubring.app import app
 from gpubring.inventory import load_inventory
+from helpers import DATA
 
 # kubernetes.io/releases/<minor>/ (versions.yml cites them): maintenance mode start, end of life.
 UPSTREAM = {
@@ -122,3 +125,65 @@ def test_up_ends_with_the_warning_only_when_alarming(monkeypatch: pytest.MonkeyP
     shown = support.lines(matrix, only_alarming=True)
     assert shown[0] == "Support windows on 2026-11-27:"
     assert len(shown) == 2 and "WARNING: Kubernetes 1.34" in shown[1]
+
+
+PLAY = """\
+- name: A stand-in preflight phase
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Nothing to do
+      ansible.builtin.debug:
+        msg: ok
+"""
+
+
+@pytest.mark.parametrize(
+    ("pin", "day", "warned"), [("1.34.2", "2026-11-27", True), ("1.34.2", "2026-07-01", False)]
+)
+def test_the_end_of_up_warns_past_the_end_of_life(tmp_path: Path, pin: str, day: str, warned: bool) -> None:
+    """`gpubring up` over the local connection (a stand-in phase playbook): its last lines are the
+    warning past the pin's end of life, and nothing about support windows inside support."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(DATA / "inventories" / "localhost", inventory)
+    (inventory / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (inventory / "group_vars" / "all" / "versions.yml").write_text(
+        f"gpubring_versions: {{kubernetes: {{version: {pin}}}}}\n"
+    )
+    playbooks = tmp_path / "playbooks"
+    playbooks.mkdir()
+    (playbooks / "preflight.yml").write_text(PLAY)
+    code, out = cli("up", inventory, "--playbooks-dir", playbooks, "--only", "preflight", today=day)
+    assert code == 0, out
+    tail = out.strip().splitlines()[-2:]
+    if warned:
+        assert tail[0] == f"Support windows on {day}:", out
+        assert tail[1].startswith("  WARNING: Kubernetes 1.34 reached its end of life on 2026-10-27"), out
+    else:
+        assert "Support windows" not in out, out
+
+
+def test_broken_windows_are_named(tmp_path: Path) -> None:
+    bad = tmp_path / "versions.yml"
+    bad.write_text(
+        "gpubring_support_windows:\n"
+        "  kubernetes: {minors: {'1.35': {maintenance: soon}}}\n"
+        "  nvidia_driver: {branches: {}}\n"
+    )
+    with pytest.raises(support.SupportError, match=r"kubernetes.minors.1.35.maintenance: expected a date"):
+        support.load_windows(bad)
+
+
+def test_versions_json_carries_the_notes(sample_inventory: Path) -> None:
+    code, out = cli("versions", sample_inventory, "--json", "-", today="2030-01-01")
+    assert code == 0, out
+    doc = json.loads(out)["support"]
+    assert doc["day"] == "2030-01-01"
+    assert [n["level"] for n in doc["notes"]] == ["end-of-life", "end-of-life"]
+
+
+def test_plan_json_carries_the_notes(sample_inventory: Path) -> None:
+    code, out = cli("plan", sample_inventory, "--json", "-", today="2026-11-27")
+    assert code == 0, out
+    notes = json.loads(out)["support"]["notes"]
+    assert notes[0]["text"].startswith(f"Kubernetes {pinned_minor()}: supported upstream until")

@@ -175,3 +175,16 @@ def test_the_intermediate_charts_exist_and_render_gpubrings_values(
     )
     kinds = {obj.get("kind") for _, obj in objects}
     assert "Deployment" in kinds, sorted(map(str, kinds))
+
+
+def test_broken_hop_data_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "versions.yml"
+    bad.write_text(
+        "gpubring_versions: {}\n"
+        "gpubring_upgrade_hops:\n  gpu_operator: {release: gpu-operator, lines: [v26.7.0, v26.3.3]}\n"
+    )
+    with pytest.raises(hops.HopsError, match=r"gpubring_upgrade_hops.gpu_operator.lines: expected"):
+        hops.load_rules(bad)
+    bad.write_text("gpubring_versions: {}\n")
+    with pytest.raises(hops.HopsError, match="gpubring_upgrade_hops: expected a mapping"):
+        hops.load_rules(bad)

@@ -93,12 +93,14 @@ def command(
     except InventoryError as exc:  # release inputs that only the releases module can check
         exit_with(exc.problems)
     console = Console()
+    from gpubring import support  # support windows of the pins (issue 22)
+
     if json_out is not None:
-        planning.write_json(planning.plan_document(plan), json_out, console)
+        document = planning.plan_document(plan)
+        document["support"] = support.document(inv.versions)
+        planning.write_json(document, json_out, console)
     if json_out != "-":
         planning.render_plan(plan, console)
-        from gpubring import support  # support windows of the pins (issue 22)
-
         for line in support.lines(inv.versions):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
     if manifests is not None:
