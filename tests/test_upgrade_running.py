@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpubring import upgrade
+from gpubring import hops, upgrade
 from gpubring.inventory import load_inventory
 
 
@@ -110,8 +110,16 @@ def test_the_plan_refuses_a_network_operator_two_lines_ahead(sample_inventory: P
     pin = str(inv.versions["network_operator"]["chart"])
     year, month = (int(p) for p in pin.split(".")[:2])
     two_back = f"{year - 1}.{month + 6}.0" if month <= 4 else f"{year}.{month - 6}.0"
+    # Issue 22: the line in between has a chart in versions.yml's gpubring_upgrade_hops, so the plan
+    # lists the road (gpubring.hops; `gpubring upgrade` refuses to skip it before any host).
     record = upgrade.Installed({}, {"network-operator": two_back}, {}, tmp_path / "installed.json")
-    with pytest.raises(upgrade.UpgradeError, match=r"2 release lines at once.*2 upgrades"):
+    plan = upgrade.plan_upgrade(inv, record)
+    [change] = [c for c in plan.releases if c.component == "network-operator"]
+    assert hops.roads([change])[0].via, "the plan must take the line in between"
+    # a year back: a line in between (e.g. 25.7) gpubring has no chart for is refused here
+    year_back = f"{year - 1}.{month}.0"
+    record = upgrade.Installed({}, {"network-operator": year_back}, {}, tmp_path / "installed.json")
+    with pytest.raises(upgrade.UpgradeError, match=r"4 release lines at once.*4 upgrades"):
         upgrade.plan_upgrade(inv, record)
     one_back = f"{year - 1}.10.0" if month == 1 else f"{year}.{month - 3}.0"
     record = upgrade.Installed({}, {"network-operator": one_back}, {}, tmp_path / "installed.json")
