@@ -76,7 +76,9 @@ def run_steps(tmp_path: Path, cluster: Cluster, steps: list[Step]) -> tuple[list
         " 'members': __kubeadm_control_plane_etcd_members | default([]) | map(attribute='name') | list,"
         " 'version': __kubeadm_control_plane_etcd_version | default(None)}"
     )
-    tasks: list[dict[str, Any]] = [{"name": "Start the record", "ansible.builtin.set_fact": {"steps_done": []}}]
+    tasks: list[dict[str, Any]] = [
+        {"name": "Start the record", "ansible.builtin.set_fact": {"steps_done": []}}
+    ]
     for number, (entry, role_vars, via) in enumerate(steps):
         variables = {
             "kubeadm_control_plane_etcdctl": cluster.members[via].etcdctl(),
@@ -116,7 +118,11 @@ def run_steps(tmp_path: Path, cluster: Cluster, steps: list[Step]) -> tuple[list
     tasks.append(
         {
             "name": "Write the record",
-            "ansible.builtin.copy": {"dest": str(report), "content": "{{ steps_done | to_json }}", "mode": "0600"},
+            "ansible.builtin.copy": {
+                "dest": str(report),
+                "content": "{{ steps_done | to_json }}",
+                "mode": "0600",
+            },
         }
     )
     play = [{"name": "kubeadm_control_plane's etcd tasks on a real etcd", "hosts": "localhost",
@@ -171,7 +177,9 @@ def test_members_gate_and_removals_on_a_healthy_cluster(tmp_path: Path, cluster:
     assert "from etcd 3.5.26 or later" in gate_new["msg"] and "zombie_members_upgrade" in gate_new["msg"]
     assert gate_old["ok"], gate_old
     assert cp3["ok"] and cp3["facts"]["gone"] is True, cp3
-    assert cp3_again["ok"] and cp3_again["facts"]["gone"] is True and "cp-3 has no etcd member (any more)" in out
+    assert (
+        cp3_again["ok"] and cp3_again["facts"]["gone"] is True and "cp-3 has no etcd member (any more)" in out
+    )
     assert cp2["ok"], cp2
     assert not last["ok"] and "it is the last member of the cluster" in last["msg"], last
     assert last["facts"]["gone"] is False
@@ -240,7 +248,7 @@ def test_snapshot_and_restore_bring_back_the_data(tmp_path: Path, cluster: Clust
     record = json.loads(dest.with_name(dest.name + ".json").read_text())
     assert record["sha256"] == hashlib.sha256(dest.read_bytes()).hexdigest()
     assert sorted(m["name"] for m in record["members"]) == ["cp-1", "cp-2", "cp-3"]
-    assert all(m["peer_urls"] for m in record["members"])
+    assert all(m["peer_urls"] and m["healthy"] is True for m in record["members"])
 
     # After the snapshot: a key written, the key of before deleted. The restore must undo both.
     assert cluster.ctl(cp1, "put", "/gpubring/after", "lost").returncode == 0
@@ -264,7 +272,9 @@ def test_snapshot_and_restore_bring_back_the_data(tmp_path: Path, cluster: Clust
 
     # First a restore with a wrong sha256 (refused, nothing changed: one data folder kept per member
     # below, by the real restore), then the real one.
-    done, _ = run_steps(tmp_path, cluster, [restore(0, "0" * 64)] + [restore(i, record["sha256"]) for i in range(3)])
+    done, _ = run_steps(
+        tmp_path, cluster, [restore(0, "0" * 64)] + [restore(i, record["sha256"]) for i in range(3)]
+    )
     assert not done[0]["ok"] and "the record says " + "0" * 64 in done[0]["msg"], done
     assert all(step["ok"] for step in done[1:]), done
     for member in cluster.members:

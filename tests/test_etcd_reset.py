@@ -48,7 +48,10 @@ def _reset_check_mode(tmp_path: Path, role_vars: dict[str, Any]) -> tuple[int, s
             "tasks": [
                 {
                     "name": "The reset entry point",
-                    "ansible.builtin.include_role": {"name": "gpubring.core.kubeadm_join", "tasks_from": "reset"},
+                    "ansible.builtin.include_role": {
+                        "name": "gpubring.core.kubeadm_join",
+                        "tasks_from": "reset",
+                    },
                     "vars": role_vars,
                 }
             ],
@@ -105,10 +108,15 @@ def test_the_member_goes_before_the_reset_and_the_reset_gets_the_verdict(playboo
     member, reset = _index(tasks, "etcd_member_remove"), _index(tasks, "reset")
     assert member < reset, f"{playbook}: the host is reset before its etcd member is removed"
     gone = str(tasks[reset].get("vars", {}).get("kubeadm_join_reset_etcd_member_gone", ""))
-    assert "__kubeadm_control_plane_etcd_member_gone" in gone, f"{playbook}: the reset does not get the verdict"
+    assert "__kubeadm_control_plane_etcd_member_gone" in gone, (
+        f"{playbook}: the reset does not get the verdict"
+    )
 
 
 def test_only_a_whole_cluster_reset_lets_the_last_member_go() -> None:
     tasks = _tasks("reset.yml", "control_plane")
     member = tasks[_index(tasks, "etcd_member_remove")]
-    assert member["vars"]["kubeadm_control_plane_etcd_last_member"] == "{{ ansible_limit | default('') | length == 0 }}"
+    assert (
+        member["vars"]["kubeadm_control_plane_etcd_last_member"]
+        == "{{ ansible_limit | default('') | length == 0 }}"
+    )
