@@ -65,7 +65,9 @@ def chart_of(release: Release, *, to_render: bool = True) -> Path | None:
 def api_versions(releases: tuple[Release, ...]) -> tuple[str, ...]:
     """What the cluster will serve besides the core APIs: the CRDs of the plan's charts."""
     folders = {
-        f"{release.chart.rsplit('/', 1)[-1]}-{release.version}" for release in releases if release.chart
+        upstream.folder_name(release.chart.rsplit("/", 1)[-1], release.version)
+        for release in releases
+        if release.chart
     }
     served = {
         f"{crd.group}/{crd.version}"

@@ -1,12 +1,14 @@
 """Which platform releases get their CRDs applied before a chart upgrade (`upgrade_crds`), read from the
 pinned charts themselves ($GPUBRING_UPSTREAM_DIR/charts).
 
-Helm installs a chart's crds/ folders (its own and its subcharts') on the first install and never
-again. A chart that ships a pre-upgrade hook applying its CRDs (a hook template named for them: the GPU
+Helm installs a chart's crds/ folders (its own and its subcharts') on the first install and never again.
+A chart that ships a pre-upgrade hook applying its CRDs (a hook template named for them: the GPU
 Operator's templates/upgrade_crd.yaml, the Network Operator's templates/upgrade-crd-hook.yaml, KAI's
-templates/crd-upgrader.yaml) keeps them current itself; every other chart with a crds/ folder needs the
-release engine's roles/helm/tasks/crds.yml, which the release's `upgrade_crds: true` turns on. A release
-whose chart has no crds/ (its CRDs are templates, which Helm upgrades: Volcano, Kueue) needs neither.
+templates/hooks/pre/crd-upgrader.yaml) keeps them current itself; every other chart with a crds/ folder
+needs the release engine's roles/helm/tasks/crds.yml, which the release's `upgrade_crds: true` turns on.
+A release whose chart has no crds/ (its CRDs are templates, which Helm upgrades: Volcano, Kueue) needs
+neither. Calico's tigera-operator has no CRDs from v3.32: the cni role applies the
+crd.projectcalico.org.v1 chart of the same tag before it, on every run (roles/cni/tasks/calico_crds.yml).
 """
 
 from __future__ import annotations
@@ -88,10 +90,45 @@ def test_upgrade_crds_is_set_exactly_where_helm_would_leave_crds_behind(releases
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_three_releases_that_need_it(releases: list[Release]) -> None:
-    """Pinned today: these charts keep CRDs in crds/ with no hook; the others do not need it."""
+def test_the_two_releases_that_need_it(releases: list[Release]) -> None:
+    """Pinned today: these charts keep CRDs in crds/ with no hook; the others do not need it (Calico's
+    operator chart has none from v3.32)."""
     marked = {r.name for r in releases if r.upgrade_crds}
-    assert marked == {"calico", "nvidia-dra-driver-gpu", "kube-prometheus-stack"}
+    assert marked == {"nvidia-dra-driver-gpu", "kube-prometheus-stack"}
+
+
+def test_calico_crds_come_from_their_own_chart_before_the_operator(releases: list[Release]) -> None:
+    """tigera-operator at the pin carries no CRD; the crd.projectcalico.org.v1 chart of the same tag
+    holds the operator.tigera.io ones the release and gpubring's Installation need, and the cni role
+    applies that chart (its defaults name it, at the Calico pin) before the release, each CRD waited
+    for until Established."""
+    calico = next(r for r in releases if r.name == "calico")
+    operator = _chart(calico)
+    assert not crd_files(operator), f"{operator.name} has CRDs in crds/ again"
+    crd_chart = upstream.chart_dir("crd.projectcalico.org.v1", calico.version, to_render=False)
+    kinds = {
+        str(doc["spec"]["names"]["kind"])
+        for path in sorted((crd_chart / "templates").rglob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition"
+    }
+    installation = calico.manifests[0]
+    assert installation["kind"] in kinds and "TigeraStatus" in kinds, sorted(kinds)
+    assert ("operator.tigera.io/v1", "Installation") in upstream.crds()
+    assert not upstream.crd_errors(installation), upstream.crd_errors(installation)
+
+    defaults = yaml.safe_load((REPO / "roles/cni/defaults/main.yml").read_text(encoding="utf-8"))
+    assert defaults["cni_calico_crds_chart"] == "crd.projectcalico.org.v1"
+    helm_tasks = yaml.safe_load((REPO / "roles/cni/tasks/helm.yml").read_text(encoding="utf-8"))
+    names = [
+        t.get("ansible.builtin.include_tasks") or t.get("ansible.builtin.include_role", {}).get("tasks_from")
+        for t in helm_tasks
+    ]
+    assert names.index("calico_crds.yml") < names.index("role_releases"), names
+    crd_tasks = yaml.safe_load((REPO / "roles/cni/tasks/calico_crds.yml").read_text(encoding="utf-8"))
+    apply = next(t for t in crd_tasks if "block" in t)["block"][-1]["kubernetes.core.k8s"]
+    assert apply["server_side_apply"]["field_manager"] == "gpubring"
+    assert apply["wait"] is True and apply["wait_condition"] == {"type": "Established", "status": "True"}
 
 
 def test_the_hooks_gpubring_relies_on_stay_on(releases: list[Release]) -> None:
@@ -114,9 +151,9 @@ def test_the_hooks_gpubring_relies_on_stay_on(releases: list[Release]) -> None:
             ours = ours.get(key, {}) if isinstance(ours, dict) else {}
         assert defaults is True, (name, path)
         assert ours in ({}, True), f"gpubring's values of {name} set {'.'.join(path)} to {ours!r}"
-    # KAI's crd-upgrader Job has no switch at v0.9.8: always rendered.
+    # KAI's crd-upgrader Job has no switch (v0.17.0: templates/hooks/pre/crd-upgrader.yaml): always rendered.
     kai = _chart(by_name["kai-scheduler"])
-    upgrader = (kai / "templates" / "crd-upgrader.yaml").read_text(encoding="utf-8")
+    upgrader = next((kai / "templates").rglob("crd-upgrader.yaml")).read_text(encoding="utf-8")
     assert not upgrader.lstrip().startswith("{{- if"), upgrader[:200]
 
 

@@ -53,16 +53,32 @@ CHART_RELEASES: dict[str, catalog.DeclaredRelease] = {
 
 # Pinned folders that are not a Helm release of gpubring: (pin path, folder pattern).
 NOT_RELEASES: tuple[tuple[str, str], ...] = (
+    # Calico's CRDs: from v3.32 a chart of their own, rendered and applied server-side before the
+    # tigera-operator release (roles/cni/tasks/calico_crds.yml), at the same tag.
+    ("cni.calico", "crd.projectcalico.org.v1-v{}"),
     # The nv-ipam CRDs the Network Operator creates itself when it reconciles a NicClusterPolicy.
     ("network_operator.chart", "network-operator-{}-nv-ipam-crds"),
     # Flannel is applied from its manifest (roles/cni/tasks/flannel.yml), not as a Helm release.
     ("cni.flannel", "flannel-v{}"),
 )
 
+# Charts kept under $GPUBRING_UPSTREAM_DIR/charts in a folder of another name (charts/SOURCES.md):
+# the DRA driver's chart, renamed dra-driver-nvidia-gpu at v0.4.0, keeps its old name's folder.
+FOLDER_NAMES: dict[str, str] = {"dra-driver-nvidia-gpu": "nvidia-dra-driver-gpu"}
+
+
+def folder_name(chart: str, version: str) -> str:
+    """The folder under charts/ of a chart (its own name, not an oci:// reference) at a version."""
+    return f"{FOLDER_NAMES.get(chart, chart)}-{version}"
+
+
 # The chart folders under $GPUBRING_UPSTREAM_DIR/charts of each pin: (pin path, folder pattern), the
 # releases' in the order the phases apply them, then the others.
 PINNED_FOLDERS: tuple[tuple[str, str], ...] = (
-    *((r.pin, f"{r.chart_name}-{r.version.replace(r.pinned, '{}', 1)}") for r in CHART_RELEASES.values()),
+    *(
+        (r.pin, folder_name(r.chart_name, r.version.replace(r.pinned, "{}", 1)))
+        for r in CHART_RELEASES.values()
+    ),
     *NOT_RELEASES,
 )
 
@@ -115,7 +131,7 @@ def pinned_folders(matrix: Mapping[str, Any] | None = None) -> list[str]:
 def chart_dir(release: str, version: str, *, to_render: bool = True) -> Path:
     """The chart of a release at a version, or skip naming the folder that is missing (and, to render
     it, the subcharts it lacks)."""
-    folder = upstream_dir() / "charts" / f"{release}-{version}"
+    folder = upstream_dir() / "charts" / folder_name(release, version)
     if not (folder / "Chart.yaml").is_file():
         pytest.skip(
             f"{release} {version}: no chart folder charts/{folder.name} in {ENV}; add it "
@@ -235,6 +251,12 @@ def _close_objects(schema: Any) -> Any:
     # nullable is OpenAPI, not JSON Schema: null is then a valid value of the declared type.
     if out.pop("nullable", False) and isinstance(out.get("type"), str):
         out["type"] = [out["type"], "null"]
+    # OpenAPI v3.0 (a CRD's schema) says exclusiveMinimum/exclusiveMaximum: true beside minimum/maximum;
+    # JSON Schema 2020-12 takes the bound itself there (KAI's SchedulingShard goMemLimitRatio).
+    for bound, exclusive in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+        # (a boolean is popped whatever its value: false says nothing more than the bound itself)
+        if isinstance(out.get(exclusive), bool) and out.pop(exclusive) and bound in out:
+            out[exclusive] = out.pop(bound)
     for key in _PROPERTY_MAPS:
         if key in schema:
             out[key] = {name: _close_objects(sub) for name, sub in schema[key].items()}
