@@ -12,7 +12,21 @@ from typing import Any, TextIO, cast
 import typer
 
 from gpubring import __version__
-from gpubring.commands import certs, check, dev, lab, node, plan, reset, runs, up, upgrade, verify, versions
+from gpubring.commands import (
+    certs,
+    check,
+    dev,
+    etcd,
+    lab,
+    node,
+    plan,
+    reset,
+    runs,
+    up,
+    upgrade,
+    verify,
+    versions,
+)
 
 app = typer.Typer(
     name="gpubring",
@@ -36,6 +50,7 @@ app.command("certs")(certs.command)
 app.add_typer(lab.app, name="lab")
 app.add_typer(dev.app, name="dev")
 app.add_typer(node.app, name="node")
+app.add_typer(etcd.app, name="etcd")
 
 
 def _version(value: bool) -> None:

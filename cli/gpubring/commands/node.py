@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from gpubring.commands._common import hold_run_lock
+from gpubring.commands.etcd import NoSnapshot
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, run_options
 from gpubring.runopts import RunOptions
@@ -37,8 +38,10 @@ def _run(
     run: RunOptions,
     *,
     force: bool = False,
+    snapshot: bool = False,
 ) -> None:
-    """Validate, then run the steps of `action` on `nodes`."""
+    """Validate, then run the steps of `action` on `nodes`; with `snapshot`, an etcd snapshot first when
+    a control plane is among them."""
     # Imported here: `gpubring --help` must not load the inventory model, rich or the runner.
     from gpubring import nodeops
     from gpubring.commands._common import load_or_exit
@@ -57,6 +60,13 @@ def _run(
     if not run.check:  # check mode changes nothing: it neither takes the run lock nor waits for it
         hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
+    control_planes = inv.groups.get("control_plane") or ()
+    if snapshot and any(name in control_planes for name in checked):
+        from gpubring.commands.etcd import take_snapshot_first
+
+        take_snapshot_first(
+            inv, run, control_planes, checked, f"node {action} {inventory} {' '.join(checked)}"
+        )
     outcome = steps.run_steps(
         inv,
         nodeops.runs(inv, planned, run, phases),
@@ -90,11 +100,19 @@ def replace(ctx: typer.Context, inventory: InventoryArg, node: NodeArg, *, run: 
 @app.command("remove")
 @run_options
 def remove(
-    ctx: typer.Context, inventory: InventoryArg, node: NodeArg, *, force: Force = False, run: RunOptions
+    ctx: typer.Context,
+    inventory: InventoryArg,
+    node: NodeArg,
+    *,
+    force: Force = False,
+    no_snapshot: NoSnapshot = False,
+    run: RunOptions,
 ) -> None:
     """Remove a node from the cluster: drain, kubeadm reset, etcd member, Node object.
 
     With --force for an unreachable node: nothing runs on it (cordon, etcd member, Node object).
-    Take the host out of hosts.yml afterwards.
+    Take the host out of hosts.yml afterwards. A control plane: an etcd snapshot first (unless
+    --no-snapshot); its etcd member is removed from the first control plane before its reset, and the
+    run stops, naming it, when etcd refuses.
     """
-    _run(ctx, "remove", inventory, [node], run, force=force)
+    _run(ctx, "remove", inventory, [node], run, force=force, snapshot=not no_snapshot)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpubring.commands._common import hold_run_lock
+from gpubring.commands.etcd import NoSnapshot
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -31,11 +32,22 @@ PurgeHost = Annotated[
 ]
 
 
-def _print_plan(inventory: Path, plan: ResetPlan, limit: str | None) -> None:
+def _print_plan(inventory: Path, plan: ResetPlan, limit: str | None, *, snapshot: bool = True) -> None:
     from gpubring import nodeops
 
     scope = "every host: the whole cluster" if plan.whole_cluster else f"--limit {limit}"
     typer.echo(f"gpubring reset {inventory} ({scope}): nothing is changed without --yes")
+    if plan.control_planes:
+        typer.echo(
+            f"first: an etcd snapshot to {inventory}/.gpubring/etcd-snapshots (gpubring etcd snapshot), "
+            "and the quorum guard again with etcd's live members"
+            if snapshot
+            else "no etcd snapshot first (--no-snapshot)"
+        )
+        typer.echo(
+            "each control plane's etcd member is removed from the first control plane before its reset; "
+            "the run stops, naming the member and keeping its data, when etcd refuses"
+        )
     typer.echo(f"hosts, in this order ({len(plan.hosts)}):")
     number = 0
     if plan.workers:
@@ -72,6 +84,7 @@ def command(
     *,
     yes: Yes = False,
     purge_host: PurgeHost = False,
+    no_snapshot: NoSnapshot = False,
     run: RunOptions,
 ) -> None:
     """Reset Kubernetes on every host (the whole cluster) or on --limit's hosts: kubeadm reset, kubelet
@@ -79,7 +92,9 @@ def command(
 
     Without --yes: print the plan and change nothing. Workers go first, then the control planes one
     at a time, the first one last. The host setup (containerd, driver, RDMA) stays unless
-    --purge-host. A --limit that would take etcd below quorum is refused (exit 2).
+    --purge-host. A --limit that would take etcd below quorum is refused (exit 2). With control planes,
+    an etcd snapshot is taken first (unless --no-snapshot) and each etcd member is removed from the
+    first control plane before its host is reset.
 
     Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
     """
@@ -97,11 +112,21 @@ def command(
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     if not yes and not run.check:
-        _print_plan(inventory, plan, run.limit)
+        _print_plan(inventory, plan, run.limit, snapshot=not no_snapshot)
         raise typer.Exit(code=ExitCode.OK)
     if not run.check:  # the plan (no --yes) and check mode change nothing: no run lock, no wait
         hold_run_lock(ctx, inv.root)
     warn_orphans(inventory, inv.root)
+    if plan.control_planes and not no_snapshot:  # etcd snapshot first, then the live quorum guard
+        from gpubring.commands.etcd import take_snapshot_first
+
+        take_snapshot_first(
+            inv,
+            run,
+            inv.groups.get("control_plane") or (),
+            () if plan.whole_cluster else plan.control_planes,
+            f"reset {inventory}",
+        )
     outcome = steps.run_steps(
         inv, nodeops.runs(inv, [plan.step], run), run, title=f"gpubring reset {inventory}"
     )
