@@ -188,3 +188,24 @@ def test_broken_hop_data_is_named(tmp_path: Path) -> None:
     bad.write_text("gpubring_versions: {}\n")
     with pytest.raises(hops.HopsError, match="gpubring_upgrade_hops: expected a mapping"):
         hops.load_rules(bad)
+
+
+def test_broken_hop_data_is_an_error_not_a_traceback(
+    old_cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """versions.yml with its gpubring_upgrade_hops broken (lines out of order): `upgrade --check` still
+    lists the releases and names the problem; `upgrade` stops with exit 2 before any host."""
+    text = versions.paths.versions_file().read_text(encoding="utf-8")
+    broken = tmp_path / "versions.yml"
+    broken.write_text(
+        text.replace("lines: [v25.10.0, v26.3.3, v26.7.0]", "lines: [v26.7.0, v25.10.0]"), encoding="utf-8"
+    )
+    assert broken.read_text(encoding="utf-8") != text
+    monkeypatch.setattr(versions.paths, "versions_file", lambda: broken)
+    code, out = cli(old_cluster, "--check")
+    assert "gpubring_upgrade_hops.gpu_operator.lines: expected versions of consecutive major lines" in out
+    assert "Traceback" not in out
+    code, out = cli(old_cluster)
+    assert code == ExitCode.BAD_INPUT, out
+    assert "gpubring_upgrade_hops.gpu_operator.lines" in out and "Traceback" not in out
+    assert not (old_cluster / ".gpubring" / "runs").exists()

@@ -439,7 +439,10 @@ def _check_network_operator(record: Installed, inv: Inventory, pins: Mapping[str
     # to skip it before any host, naming the pins of the first run. Refused here: a line it has none for.
     from gpubring import hops as roads
 
-    rule = roads.load_rules().get(NETWORK_OPERATOR_RELEASE)
+    try:
+        rule = roads.load_rules().get(NETWORK_OPERATOR_RELEASE)
+    except roads.HopsError as exc:  # versions.yml's hop data is broken: a project bug, said plainly
+        raise UpgradeError(str(exc)) from None
     known = {f"{v[0]}.{v[1]}" for v in map(parse_version, rule.lines if rule else ()) if v and len(v) >= 2}
     if hops and set(hops[1:-1]) <= known:
         return
@@ -579,9 +582,14 @@ def plan_lines(plan: UpgradePlan, *, width: int = 20) -> list[str]:
         )
         from gpubring import hops  # the operators' hops and each release's CRDs (issue 22)
 
-        found = hops.roads(plan.releases)
-        out.extend(f"     {road}" for road in found)
-        out.extend(hops.run_lines(found))
+        try:
+            found = hops.roads(plan.releases)
+        except hops.HopsError as exc:  # the releases still listed, the broken hop data named
+            out.extend(f"     {change}" for change in plan.releases)
+            out.append(f"the upgrade hops cannot be planned: {exc}")
+        else:
+            out.extend(f"     {road}" for road in found)
+            out.extend(hops.run_lines(found))
     else:
         out.append("platform releases: every chart pin as recorded; nothing to upgrade")
     changing = len(plan.changing)

@@ -47,7 +47,11 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
         raise typer.Exit(code=ExitCode.OK)
     from gpubring import hops  # an operator that must move one major line at a time (issue 22)
 
-    found = hops.roads(plan.releases)
+    try:
+        found = hops.roads(plan.releases)
+    except hops.HopsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     if any(road.via for road in found):
         typer.echo(f"error: {hops.refusal(found)}", err=True)
         raise typer.Exit(code=ExitCode.BAD_INPUT)
