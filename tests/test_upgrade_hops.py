@@ -8,6 +8,7 @@ intermediate charts exist in GPUBRING_UPSTREAM_DIR and render gpubring's values.
 from __future__ import annotations
 
 import copy
+import itertools
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -209,3 +210,11 @@ def test_broken_hop_data_is_an_error_not_a_traceback(
     assert code == ExitCode.BAD_INPUT, out
     assert "gpubring_upgrade_hops.gpu_operator.lines" in out and "Traceback" not in out
     assert not (old_cluster / ".gpubring" / "runs").exists()
+
+
+def test_the_network_operator_lines_are_consecutive_by_its_calendar() -> None:
+    """The data here and upgrade.network_operator_hops (the calendar rule: a line every three months)
+    agree: each listed line is the next one after the line before it."""
+    lines = hops.load_rules()["network-operator"].lines
+    for old, new in itertools.pairwise(lines):
+        assert upgrade.network_operator_hops(old, new) == [], (old, new)
