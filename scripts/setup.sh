@@ -9,9 +9,10 @@ cd "$root" || exit 1
 log() { printf '==> %s\n' "$*"; }
 
 # Debian packages the lab and the tests use: docker.io and debootstrap (test-host images),
-# openssh (lab SSH and `gpubring check` tests), qemu (the kernel-level scenario), python3-venv.
+# openssh (lab SSH and `gpubring check` tests), qemu (the kernel-level scenario), python3-venv,
+# etcd-server and etcd-client (tests/test_etcd_real.py: a real etcd cluster for the etcd task files).
 packages=(python3 python3-venv python3-pip git ca-certificates docker.io debootstrap
-          openssh-client openssh-server qemu-system-x86 qemu-utils)
+          openssh-client openssh-server qemu-system-x86 qemu-utils etcd-server etcd-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
