@@ -255,3 +255,21 @@ def test_every_drain_goes_through_the_drain_role() -> None:
     assert [t["ansible.builtin.include_role"] for t in drains] == [
         {"name": "gpubring.core.node_drain", "tasks_from": "drain"}
     ]
+
+
+def test_uncordon_undoes_only_gpubrings_cordon_as_read_from_the_node() -> None:
+    """Issue 21 item 7: uncordon.yml's only write is conditioned on the decision plan.yml takes from the
+    Node it reads (plan.uncordon: gpubring's annotation on a cordoned node), never on whether this run's
+    `kubectl drain` reported a change (which it always did: every operator's cordon was undone)."""
+    role = REPO / "roles" / "node_drain" / "tasks"
+    tasks = _tasks(yaml.safe_load((role / "uncordon.yml").read_text()))
+    writes = [
+        t
+        for t in tasks
+        if "ansible.builtin.command" in t and "get" not in t["ansible.builtin.command"]["argv"]
+    ]
+    assert [t["when"] for t in writes] == ["__node_drain_plan.uncordon | bool"]
+    assert "__node_drain_node_found.stdout | from_json" in str(tasks)
+    assert (
+        "__node_drain_drained" not in (role / "drain.yml").read_text() + (role / "uncordon.yml").read_text()
+    )
