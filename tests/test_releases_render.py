@@ -130,7 +130,7 @@ def test_mig_and_time_slicing_variant(plans: dict[str, Any]) -> None:
 
 def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
     inv, _ = plans["dra-kueue-rdma"]
-    assert inv.versions["kubernetes"]["version"] == "1.34.2"
+    assert inv.versions["kubernetes"]["version"] == "1.35.9"  # as the inventory states it
     assert inv.versions["nvidia_driver"]["version"].startswith("580.")
     releases = _releases(plans, "dra-kueue-rdma")
     assert list(releases) == [
@@ -149,7 +149,7 @@ def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
     labels = [o["metadata"].get("labels", {}) for o in gpu.manifests]
     assert not any("nvidia.com/gpu.deploy.device-plugin" in node for node in labels)
     dra = releases["nvidia-dra-driver-gpu"]
-    # GPUs through DRA stay off, as chart 25.8.0's validation.yaml has them; the kubelet plugin runs
+    # GPUs through DRA stay off, as chart 0.4.1's validation.yaml has them; the kubelet plugin runs
     # only on the group's nodes, by name.
     assert dra.values["resources"] == {"gpus": {"enabled": False}, "computeDomains": {"enabled": True}}
     assert dra.values["gpuResourcesEnabledOverride"] is False
@@ -161,9 +161,11 @@ def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
     }
     assert dra.ready == []  # no GPU ResourceSlices to wait for
     assert dra.values["nvidiaDriverRoot"] == "/"
+    # The renamed chart keeps the old chart's object names (an existing release upgrades in place).
+    assert dra.values["nameOverride"] == "nvidia-dra-driver-gpu"
     assert dra.source["kind"] == "file"
     assert dra.source["copy_from"] == str(
-        (INVENTORIES["dra-kueue-rdma"] / "charts/nvidia-dra-driver-gpu-25.8.0.tgz").resolve()
+        (INVENTORIES["dra-kueue-rdma"] / "charts/dra-driver-nvidia-gpu-0.4.1.tgz").resolve()
     )
     # Network Operator: no ofedDriver with the host RDMA stack, selectors as given, nv-ipam pools.
     ncp = next(o for o in releases["network-operator"].manifests if o["kind"] == "NicClusterPolicy")

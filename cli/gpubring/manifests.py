@@ -60,7 +60,15 @@ ENGINE_HINT = "pip install 'gpubring[render]'"
 CACHE_SUBDIR = Path(".gpubring") / "charts"
 INDEX = ".gpubring-manifests.json"  # the files the last run wrote, so that a stale one is removed
 _API_VERSIONS_FILE = Path(__file__).with_name("kube_api_versions.json")
-_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _SafeLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (its C one where libyaml is there), but a plain `=` is the string "=", as
+    in Go's YAML, not YAML 1.1's value tag that PyYAML cannot construct: the Prometheus Operator's
+    AlertmanagerConfig CRD (kube-prometheus-stack 88.5.3 charts/crds) lists `- =` among matchTypes."""
+
+
+_SafeLoader.add_constructor("tag:yaml.org,2002:value", yaml.SafeLoader.construct_scalar)
 _SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 # Helm's install order by kind (helm.sh/helm/v4 pkg/release/util/kind_sorter.go, InstallOrder).
