@@ -288,3 +288,52 @@ def test_snapshot_and_restore_bring_back_the_data(tmp_path: Path, cluster: Clust
     assert got.returncode == 0, got.stderr
     assert got.stdout.split() == ["/gpubring/before", "kept"]
     assert member_names(cluster, via=2) == ["cp-1", "cp-2", "cp-3"]
+
+
+def test_gpubring_etcd_snapshot_end_to_end(tmp_path: Path, cluster: Cluster) -> None:
+    """`gpubring etcd snapshot` on an inventory whose first control plane is this machine, etcdctl given
+    with -e (the seam): the snapshot lands under the inventory's .gpubring/etcd-snapshots, 0600, with its
+    record, the retention setting applied, and the snapshot's bytes in no run artifact."""
+    from typer.testing import CliRunner
+
+    from gpubring.app import app
+
+    root = tmp_path / "inventory"
+    root.mkdir()
+    (root / "hosts.yml").write_text(
+        "all:\n  vars:\n    ansible_connection: local\n"
+        '    ansible_python_interpreter: "{{ ansible_playbook_python }}"\n'
+        "    ansible_become: false\n"  # this machine's root runs it; no sudo here
+        "    gpubring_etcd_snapshot_keep: 1\n"
+        "  children:\n    control_plane:\n      hosts:\n        node1: {}\n"
+        "    gpu_nodes:\n      hosts:\n        node2: {}\n",
+        encoding="utf-8",
+    )
+    folder = root / ".gpubring" / "etcd-snapshots"
+    folder.mkdir(parents=True)
+    (folder / "etcd-20240101T000000Z.db").write_bytes(b"old")
+    os.utime(folder / "etcd-20240101T000000Z.db", (1_700_000_000, 1_700_000_000))
+    assert cluster.ctl(cluster.members[0], "put", "/gpubring/secret", "s3cr3t-value").returncode == 0
+    seam = tmp_path / "seam.json"
+    seam.write_text(
+        json.dumps(
+            {
+                "kubeadm_control_plane_etcdctl": cluster.members[0].etcdctl(),
+                "kubeadm_control_plane_etcd_snapshot_remote": str(tmp_path / "peer.db"),
+            }
+        )
+    )
+    result = CliRunner().invoke(
+        app, ["etcd", "snapshot", str(root), "-e", f"@{seam}"], env={"COLUMNS": "300"}
+    )
+    assert result.exit_code == 0, result.output[-4000:]
+    snapshots = sorted(folder.glob("*.db"))
+    assert len(snapshots) == 1 and snapshots[0].name != "etcd-20240101T000000Z.db", snapshots
+    assert f"snapshot: {snapshots[0]}" in result.output
+    assert snapshots[0].stat().st_mode & 0o777 == 0o600
+    record = json.loads(snapshots[0].with_name(snapshots[0].name + ".json").read_text())
+    assert record["sha256"] == hashlib.sha256(snapshots[0].read_bytes()).hexdigest()
+    assert b"s3cr3t-value" in snapshots[0].read_bytes()  # the key is in the snapshot ...
+    runs = root / ".gpubring" / "runs"
+    leaked = [p for p in runs.rglob("*") if p.is_file() and b"s3cr3t-value" in p.read_bytes()]
+    assert leaked == [], f"the snapshot's content reached run artifacts: {leaked}"  # ... and in no log
