@@ -27,6 +27,7 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 import upstream
 from _render import schema_version
@@ -159,6 +160,59 @@ def test_every_values_key_exists_in_the_pinned_chart(name: str, release_name: st
     values = upstream.chart_values(chart.name.removesuffix(f"-{release.version}"), release.version)
     unknown = list(upstream.unknown_value_paths(release.values, values))
     assert not unknown, f"{name} {release.name}: keys the pinned chart does not have: {unknown}"
+
+
+@pytest.mark.parametrize("name", sorted(INVENTORIES))
+def test_gpubrings_custom_resources_are_in_their_crds_storage_version(name: str) -> None:
+    """A custom resource gpubring writes uses the version its pinned CRD stores, not an older one still
+    served (Kueue 0.19 stores v1beta2, where the ClusterQueue's cohort is `cohortName`; v1beta1 goes
+    away in a later release)."""
+    upstream.upstream_dir()
+    crds = upstream.crds()
+    old = []
+    for release in plan(name)[1]:
+        for obj in (*release.pre_manifests, *release.manifests):
+            crd = crds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+            if crd is not None and not crd.storage:
+                stored = next(
+                    c for c in crds.values() if (c.group, c.kind, c.storage) == (crd.group, crd.kind, True)
+                )
+                old.append(f"{release.name} {crd.kind}: {obj['apiVersion']}, the CRD stores {stored.version}")
+    assert not old, "\n".join(old)
+
+
+def test_every_chart_is_declared_by_its_own_name() -> None:
+    """The chart a release names is the pinned chart's own name (Chart.yaml `name`): Helm pulls it by
+    that name, and a rename upstream (NVIDIA's DRA driver: dra-driver-nvidia-gpu from v0.4.0) must
+    reach the declaration."""
+    upstream.upstream_dir()
+    wrong = []
+    for release in declared_releases():
+        if not release.chart:
+            continue
+        folder = upstream.chart_dir(release.chart_name, release.version, to_render=False)
+        meta = yaml.safe_load((folder / "Chart.yaml").read_text(encoding="utf-8"))
+        if meta["name"] != release.chart_name:
+            wrong.append(
+                f"{release.name}: declares chart {release.chart!r}, the pinned chart is {meta['name']!r}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_gpu_operand_tolerations_are_the_charts_own_and_the_acceptance_taint() -> None:
+    """The GPU Operator's operand and NFD worker tolerations that gpubring sets replace the chart's
+    lists: they are the pinned chart's defaults, in order, then the acceptance taint (none dropped, none
+    the chart dropped kept: v26.7.0 no longer tolerates node-role.kubernetes.io/master)."""
+    upstream.upstream_dir()
+    gpu = next(r for r in plan("prod")[1] if r.name == "gpu-operator")
+    chart = upstream.chart_values("gpu-operator", gpu.version)
+    acceptance = {"key": "gpubring.io/acceptance", "operator": "Exists", "effect": "NoSchedule"}
+    for path in (("daemonsets", "tolerations"), ("node-feature-discovery", "worker", "tolerations")):
+        ours: Any = gpu.values
+        theirs: Any = chart
+        for key in path:
+            ours, theirs = ours[key], theirs[key]
+        assert ours == [*theirs, acceptance], ".".join(path)
 
 
 def test_a_values_typo_and_a_custom_resource_typo_are_caught() -> None:

@@ -280,6 +280,7 @@ class Crd:
     version: str
     namespaced: bool
     schema: dict[str, Any]
+    storage: bool = False  # the version the API server stores (a CRD has exactly one)
 
 
 def _crd_docs(folder: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -334,6 +335,7 @@ def _crd(file: str, spec: Mapping[str, Any], version: Mapping[str, Any]) -> Crd:
         version=version["name"],
         namespaced=spec.get("scope") == "Namespaced",
         schema=_close_objects(version["schema"]["openAPIV3Schema"]),
+        storage=bool(version.get("storage", False)),
     )
 
 
