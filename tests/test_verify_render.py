@@ -241,7 +241,7 @@ def test_custom_resources_match_the_upstream_crds(inventories: dict[str, Invento
     custom = [obj for obj in all_objects(inventories[inventory]) if obj["apiVersion"] not in CORE_GROUPS]
     assert {(obj["apiVersion"], obj["kind"]) for obj in custom} == {
         ("batch.volcano.sh/v1alpha1", "Job"),
-        ("kueue.x-k8s.io/v1beta1", "LocalQueue"),
+        ("kueue.x-k8s.io/v1beta2", "LocalQueue"),  # the storage version of Kueue 0.19's CRD
     }
     crds = upstream.crds()
     for obj in custom:
@@ -249,6 +249,8 @@ def test_custom_resources_match_the_upstream_crds(inventories: dict[str, Invento
             f"no upstream CRD serves {obj['apiVersion']} {obj['kind']}"
         )
         assert upstream.crd_errors(obj) == [], f"{obj['kind']}/{obj['metadata']['name']}"
+        # In the version the CRD stores, not an older one it still serves (Kueue 0.19: v1beta2).
+        assert crds[(obj["apiVersion"], obj["kind"])].storage, f"{obj['apiVersion']} {obj['kind']}"
 
 
 def test_the_crd_check_catches_a_misspelled_field(inventories: dict[str, Inventory]) -> None:
