@@ -381,3 +381,67 @@ def test_cert_warnings_read_from_recorded_events() -> None:
     ]  # fmt: skip
     assert certs.cert_warnings(events) == ["cp-2: certificate pki/apiserver.crt expires in 3 day(s)"]
     assert json.loads(json.dumps(certs.cert_warnings([]))) == []
+
+
+def _run_tasks(tmp_path: Path, tasks_from: str, kube: Path, extra: dict[str, Any] | None = None) -> Any:
+    inv = load_inventory(local_inventory(tmp_path / f"inv-{tasks_from}-{len(list(tmp_path.iterdir()))}"))
+    play = [
+        {
+            "name": "Certificate tasks",
+            "hosts": "control_plane",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": f"Run {tasks_from}",
+                    "ansible.builtin.include_role": {
+                        "name": "gpubring.core.kubeadm_control_plane",
+                        "tasks_from": tasks_from,
+                    },
+                    "vars": {"kubeadm_control_plane_kubernetes_dir": str(kube), **(extra or {})},
+                }
+            ],
+        }
+    ]
+    playbook = tmp_path / f"{tasks_from}.yml"
+    playbook.write_text(yaml.safe_dump(play))
+    return process.run(
+        RunSettings(inventory_root=inv.root, hosts_file=inv.hosts_file, command="certs", playbook=playbook)
+    )
+
+
+STATIC_PODS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd")
+
+
+def test_the_restart_always_puts_the_manifests_back(tmp_path: Path) -> None:
+    """tasks/certs_restart.yml run for real on this host, where no kubelet or crictl runs: the wait for
+    the containers to stop fails, and every manifest is back in manifests/ all the same, a leftover of
+    an earlier stopped run included. The renewal can never leave a control plane without its pods."""
+    kube = tmp_path / "kubernetes"
+    (kube / "manifests").mkdir(parents=True)
+    aside = kube / "manifests-aside-certs-renew"
+    aside.mkdir()
+    for pod in STATIC_PODS[:3]:
+        (kube / "manifests" / f"{pod}.yaml").write_text(f"# {pod}\n")
+    (aside / "etcd.yaml").write_text("# etcd, left aside by a run that was killed\n")
+    result = _run_tasks(tmp_path, "certs_restart", kube, {"__kubeadm_control_plane_stop_retries": 1})
+    assert result.exit_code == ExitCode.TASK_FAILED
+    assert [f.task for f in result.report.failures] == [
+        "Wait for the kubelet to stop the control plane's containers"
+    ]
+    assert sorted(p.name for p in (kube / "manifests").iterdir()) == sorted(f"{p}.yaml" for p in STATIC_PODS)
+    assert list(aside.iterdir()) == []
+    assert (kube / "manifests" / "etcd.yaml").read_text() == "# etcd, left aside by a run that was killed\n"
+
+
+def test_putting_the_manifests_back_converges(tmp_path: Path) -> None:
+    kube = tmp_path / "kubernetes"
+    (kube / "manifests").mkdir(parents=True)
+    aside = kube / "manifests-aside-certs-renew"
+    aside.mkdir()
+    (aside / "kube-scheduler.yaml").write_text("# scheduler\n")
+    first = _run_tasks(tmp_path, "certs_manifests_back", kube)
+    assert first.exit_code == ExitCode.OK
+    assert first.report.totals.changed == 1
+    assert (kube / "manifests" / "kube-scheduler.yaml").is_file() and list(aside.iterdir()) == []
+    again = _run_tasks(tmp_path, "certs_manifests_back", kube)
+    assert again.exit_code == ExitCode.OK and again.report.totals.changed == 0
