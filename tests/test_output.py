@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from gpubring import events, report, runstore
+from gpubring import events, report, runstore, versions
 from gpubring.app import app
 from gpubring.events import HardwareSummary, HostResult, PlayStart, TaskStart
 from gpubring.view import RunView, hardware_line
@@ -50,7 +50,7 @@ def test_tables_are_not_wrapped_without_a_terminal() -> None:
     # Each pin and its version on one line, however narrow the default terminal would be.
     assert next(r[:2] for r in rows if r and r[0] == "nvidia_container_toolkit.version") == [
         "nvidia_container_toolkit.version",
-        "1.18.0",
+        versions.load_pinned()["nvidia_container_toolkit"]["version"],
     ]
     assert max(len(line) for line in done.stdout.splitlines()) > 80
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from gpubring import paths, planning
+from gpubring import paths, planning, versions
 from gpubring.app import app
 from gpubring.inventory import load_inventory
 from gpubring.phases import PHASES, PlaybookError, plan_phases, read_playbook, resolve_pattern, short_role
@@ -127,7 +127,8 @@ def test_plan_command_lists_phases_roles_hosts_and_versions(sample_inventory: Pa
     assert "nvidia_driver, nvidia_container_toolkit, rdma, kubelet_topology" in gpu_row
     platform_row = next(r for r in rows if r.lstrip().startswith("platform"))
     assert "control_plane[0]: cp-1 [1]" in platform_row
-    assert any(r.split()[:2] == ["kubernetes.version", "1.34.2"] for r in rows)
+    pinned = str(versions.load_pinned()["kubernetes"]["version"])
+    assert any(r.split()[:2] == ["kubernetes.version", pinned] for r in rows)
     assert "Compatibility rules:" in out
     assert "Helm releases:" in out
 
@@ -185,7 +186,7 @@ def test_plan_json_to_stdout(sample_inventory: Path) -> None:
         "hosts": ["gpu-1", "gpu-2", "gpu-3", "gpu-4"],
         "roles": ["nvidia_driver", "nvidia_container_toolkit", "rdma", "kubelet_topology"],
     }
-    assert doc["versions"]["kubernetes"]["version"] == "1.34.2"
+    assert doc["versions"]["kubernetes"]["version"] == versions.load_pinned()["kubernetes"]["version"]
     assert doc["settings"]["gpubring_cni"] == "calico"
     assert all(r["verdict"] in ("pass", "not applicable") for r in doc["rules"])
     assert isinstance(doc["releases"], list)
