@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
+from gpubring import versions
 from gpubring.app import app
 from gpubring.inventory import InventoryError, Problem, expand_host_range, load_inventory
 from gpubring.validation import crosshost, specs
@@ -224,7 +225,7 @@ def test_version_override_unknown_path_and_number(make_inventory: MakeInventory)
         "group_vars/all/versions.yml: gpubring_versions.kubernetes.verison: unknown version pin, expected "
         "one of version; did you mean version?",
         "group_vars/all/versions.yml: gpubring_versions.helm.version: expected a quoted version string "
-        'such as "3.19.0" (YAML read 3.2 as a number)',
+        f'such as "{versions.load_pinned()["helm"]["version"]}" (YAML read 3.2 as a number)',
     )
 
 
