@@ -176,6 +176,10 @@ def test_pdb_selector_semantics() -> None:
 
 def test_deprecated_apis_from_metrics() -> None:
     found = F["cluster_upgrade_deprecated_apis"]((FIX / "metrics.txt").read_text())
+    assert [d.pop("text") for d in found] == [
+        "endpoints v1 (no removal planned)",
+        "flowschemas flowcontrol.apiserver.k8s.io/v1beta3 (removed in 1.32)",
+    ]
     assert found == [
         {"group": "", "version": "v1", "resource": "endpoints", "removed_release": ""},
         {

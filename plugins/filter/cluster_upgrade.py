@@ -17,7 +17,7 @@ cluster_upgrade_driver_state(loaded, installed) -> {loaded, installed, reboot_ne
 cluster_upgrade_pdb_blockers(pdbs, pods, nodes) -> [{namespace, name, pods}]
     The PodDisruptionBudgets (policy/v1 list items) with status.disruptionsAllowed 0 that select a pod
     (not a DaemonSet's, a mirror pod or a finished one: a drain does not evict those) on one of `nodes`.
-cluster_upgrade_deprecated_apis(metrics) -> [{group, version, resource, removed_release}]
+cluster_upgrade_deprecated_apis(metrics) -> [{group, version, resource, removed_release, text}]
     The series of apiserver_requested_deprecated_apis in the API server's /metrics text (a deprecated
     API that was requested since the API server started; value 1).
 cluster_upgrade_containerd_config_version(version) -> int
@@ -158,15 +158,19 @@ def cluster_upgrade_deprecated_apis(metrics: str) -> list[dict[str, str]]:
         if value in ("0", "0.0"):
             continue
         found = dict(_LABEL.findall(labels))
-        out.append(
-            {
-                "group": found.get("group", ""),
-                "version": found.get("version", ""),
-                "resource": found.get("resource", "")
-                + (f"/{found['subresource']}" if found.get("subresource") else ""),
-                "removed_release": found.get("removed_release", ""),
-            }
+        entry = {
+            "group": found.get("group", ""),
+            "version": found.get("version", ""),
+            "resource": found.get("resource", "")
+            + (f"/{found['subresource']}" if found.get("subresource") else ""),
+            "removed_release": found.get("removed_release", ""),
+        }
+        removal = (
+            f"removed in {entry['removed_release']}" if entry["removed_release"] else "no removal planned"
         )
+        api = f"{entry['group']}/{entry['version']}" if entry["group"] else entry["version"]
+        entry["text"] = f"{entry['resource']} {api} ({removal})"
+        out.append(entry)
     return sorted(out, key=lambda d: (d["removed_release"], d["group"], d["resource"]))
 
 
