@@ -3,7 +3,12 @@
 # the scenarios named on the command line, GPUBRING_MOLECULE_JOBS at a time (default 1; the longest
 # first, from molecule/durations.txt); a failure does not stop the others.
 #
-#   scripts/molecule-all.sh [SCENARIO...]
+#   scripts/molecule-all.sh [SCENARIO[@DISTRO]...]
+#
+# Without names it also runs each NAME@DISTRO line of molecule/releases.txt: that scenario a second
+# time with MOLECULE_DISTRO=DISTRO (the package roles on the Debian release their scenario's default
+# does not run), shown as NAME@DISTRO in its output. A name given as NAME@DISTRO runs that way too. The
+# two runs of one scenario never overlap (Molecule keeps one state per scenario).
 #
 # First it makes sure of what the scenarios need: a Docker engine (scripts/engine.sh), the test-host
 # images they use (MOLECULE_DISTRO when set; otherwise each scenario's default: debian12 from the
@@ -35,7 +40,8 @@ fi
 export MOLECULE_GLOB=${MOLECULE_GLOB:-molecule/*/molecule.yml}
 command -v molecule >/dev/null || { echo "molecule-all: error: molecule is not installed (pip install -e '.[test]')" >&2; exit 2; }
 
-# The scenarios: those named, or every molecule/*/molecule.yml.
+# The scenarios: those named, or every molecule/*/molecule.yml and the NAME@DISTRO runs of
+# molecule/releases.txt.
 scenarios=()
 if (($#)); then
   scenarios=("$@")
@@ -43,7 +49,15 @@ else
   for f in molecule/*/molecule.yml; do
     [[ -f $f ]] && scenarios+=("$(basename "$(dirname "$f")")")
   done
+  if [[ -f molecule/releases.txt ]]; then
+    while read -r line _; do
+      [[ -z $line || $line == \#* ]] || scenarios+=("$line")
+    done <molecule/releases.txt
+  fi
 fi
+# NAME@DISTRO: the scenario and the MOLECULE_DISTRO it runs with (empty: as the caller's environment).
+scenario_of() { echo "${1%%@*}"; }
+distro_of() { [[ $1 == *@* ]] && echo "${1#*@}"; }
 if ((${#scenarios[@]} == 0)); then
   echo "molecule-all: no scenario under molecule/"
   echo "0 passed, 0 failed"
@@ -57,17 +71,19 @@ finish() {
   exit $?
 }
 
-# The test-host images the scenarios use: MOLECULE_DISTRO, or each scenario's default.
+# The test-host images the scenarios use: a NAME@DISTRO's DISTRO, MOLECULE_DISTRO, or each scenario's
+# default.
 needed_distros() {
-  if [[ -n ${MOLECULE_DISTRO:-} ]]; then
-    echo "$MOLECULE_DISTRO"
-    return
-  fi
-  local name file
-  for name in "${scenarios[@]}"; do
+  local item name file
+  for item in "${scenarios[@]}"; do
+    name=$(scenario_of "$item")
     file=molecule/$name/molecule.yml
     [[ -f $file ]] || continue
-    if grep -q 'gpubring-testhost:' "$file"; then
+    if [[ -n $(distro_of "$item") ]]; then
+      distro_of "$item"
+    elif [[ -n ${MOLECULE_DISTRO:-} ]]; then
+      echo "$MOLECULE_DISTRO"
+    elif grep -q 'gpubring-testhost:' "$file"; then
       grep -oE 'gpubring-testhost:(\$\{MOLECULE_DISTRO:-)?[a-z0-9]+' "$file" | sed -E 's/.*[:-]//'
     else
       echo debian12 # the shared base's default (.config/molecule/config.yml)
@@ -96,28 +112,43 @@ fi
 mkdir -p "$LOGS"
 # The compiler cache the DKMS builds share with the lab (.config/molecule/config.yml mounts it).
 mkdir -p "${GPUBRING_CCACHE_DIR:-/var/cache/gpubring/ccache}"
-# One scenario: its result line goes to $LOGS/<name>.result ("PASS|FAIL  name (...)") and its time
-# to $LOGS/<name>.seconds; the full output to $LOGS/<name>.log.
+# One scenario (NAME or NAME@DISTRO): its result line goes to $LOGS/<name>.result ("PASS|FAIL  name
+# (...)") and its time to $LOGS/<name>.seconds; the full output to $LOGS/<name>.log. $LOGS/.running.<NAME>
+# (made by the caller) says the scenario runs; it goes when the run ends.
 run_scenario() {
-  local name=$1 log=$LOGS/$1.log start rc took
+  local name=$1 log=$LOGS/$1.log start rc took scenario distro
+  scenario=$(scenario_of "$name")
+  distro=$(distro_of "$name")
   rm -f "$LOGS/$name.result" "$LOGS/$name.seconds"
-  if [[ ! -f molecule/$name/molecule.yml ]]; then
-    echo "FAIL  $name (no molecule/$name/molecule.yml)" >"$LOGS/$name.result"
+  # shellcheck disable=SC2064 # the path is fixed now
+  trap "rm -f '$LOGS/.running.$scenario'" EXIT
+  if [[ ! -f molecule/$scenario/molecule.yml ]]; then
+    echo "FAIL  $name (no molecule/$scenario/molecule.yml)" >"$LOGS/$name.result"
     return
+  fi
+  if [[ -n $distro ]]; then
+    export MOLECULE_DISTRO=$distro
   fi
   echo "molecule-all: $name starts at $(date +%T) (log: ${log#"$ROOT"/})"
   start=$SECONDS
   # The scenarios' sequences start at create (.config/molecule/config.yml): instances an interrupted
   # run left (Molecule's state says created) are destroyed here first, as its leading destroy did.
-  if grep -qs '^created: true' "$HOME"/.ansible/tmp/molecule.*."$name"/state.yml; then
+  # The instance names carry the distro: the destroy runs with the MOLECULE_DISTRO of the run that left
+  # them ($LOGS/.distro.<NAME>).
+  if grep -qs '^created: true' "$HOME"/.ansible/tmp/molecule.*."$scenario"/state.yml; then
     echo "molecule-all: $name: destroying the instances an earlier run left"
-    molecule destroy -s "$name" >"$log.destroy" 2>&1 || echo "molecule-all: $name: destroy failed (${log#"$ROOT"/}.destroy)"
+    (
+      left=$(cat "$LOGS/.distro.$scenario" 2>/dev/null)
+      if [[ -n $left ]]; then export MOLECULE_DISTRO=$left; else unset MOLECULE_DISTRO; fi
+      molecule destroy -s "$scenario"
+    ) >"$log.destroy" 2>&1 || echo "molecule-all: $name: destroy failed (${log#"$ROOT"/}.destroy)"
   fi
+  echo "${MOLECULE_DISTRO:-}" >"$LOGS/.distro.$scenario"
   if [[ $STREAM == 1 ]]; then
-    molecule test -s "$name" 2>&1 | tee "$log"
+    molecule test -s "$scenario" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
   else
-    molecule test -s "$name" >"$log" 2>&1
+    molecule test -s "$scenario" >"$log" 2>&1
     rc=$?
   fi
   took=$((SECONDS - start))
@@ -160,9 +191,20 @@ lanes() {
   fi
 }
 echo "molecule-all: ${#scenarios[@]} scenarios, $JOBS at a time${BESIDE:+ (one lane fewer while process $BESIDE runs)}"
-for name in "${ordered[@]}"; do
+rm -f "$LOGS"/.running.*
+queue=("${ordered[@]}")
+while ((${#queue[@]})); do
   # Polled rather than `wait -n`: a lane also frees up when the process beside ends.
   while (($(jobs -rp | wc -l) >= $(lanes))); do sleep 2; done
+  # The first in the queue whose scenario is not running already (its other release may be).
+  pick=-1
+  for i in "${!queue[@]}"; do
+    [[ -e $LOGS/.running.$(scenario_of "${queue[$i]}") ]] || { pick=$i; break; }
+  done
+  if ((pick < 0)); then sleep 2; continue; fi
+  name=${queue[$pick]}
+  queue=("${queue[@]:0:pick}" "${queue[@]:pick+1}")
+  : >"$LOGS/.running.$(scenario_of "$name")"
   run_scenario "$name" &
 done
 wait
