@@ -216,6 +216,34 @@ def test_a_skipped_minor_release_is_refused_with_the_hops(make_inventory: Callab
     assert not (inventory / ".gpubring" / "runs").exists()
 
 
+def test_an_etcd_snapshot_comes_first_unless_told_not_to(
+    make_inventory: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21 item 11: the upgrade's first step saves an etcd snapshot to the controller (the restore
+    point when the control planes' upgrade fails); --no-snapshot leaves it out; --check says which."""
+    from gpubring.run import steps
+
+    inventory = make_inventory()
+    at_pins(inventory)
+    code, out = cli(inventory, "--check")
+    assert code == 0, out
+    assert "first: an etcd snapshot to" in out and "etcd-snapshots" in out
+    code, out = cli(inventory, "--check", "--no-snapshot")
+    assert code == 0, out
+    assert "no etcd snapshot first (--no-snapshot)" in out
+
+    ran: list[list[str]] = []
+
+    def run_steps(_inv: Any, todo: list[Any], _options: Any, **_kw: Any) -> Any:
+        ran.append([str(step.settings.playbook.name) for step in todo])
+        return SimpleNamespace(exit_code=ExitCode.OK)
+
+    monkeypatch.setattr(steps, "run_steps", run_steps)
+    assert cli(inventory)[0] == 0
+    assert cli(inventory, "--no-snapshot")[0] == 0
+    assert ran == [["etcd_snapshot.yml", "upgrade.yml"], ["upgrade.yml"]]
+
+
 def test_an_inventory_without_the_cluster_phase_is_refused(make_inventory: Callable[..., Path]) -> None:
     inventory = make_inventory({"group_vars/all/phases.yml": "gpubring_phases: [preflight, host]\n"})
     code, out = cli(inventory)

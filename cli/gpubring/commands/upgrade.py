@@ -11,18 +11,22 @@ from __future__ import annotations
 import typer
 
 from gpubring.commands._common import hold_run_lock
+from gpubring.commands.etcd import NoSnapshot
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, run_options
 from gpubring.runopts import RunOptions
 
 
 @run_options
-def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> None:
+def command(
+    ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions, no_snapshot: NoSnapshot = False
+) -> None:
     """Upgrade to the versions the inventory pins: Kubernetes (one minor release at a time), the NVIDIA
     driver, container toolkit and containerd, each node drained once; then the platform releases.
 
     --check prints the plan (hops, batches, what each node gets) and changes nothing. A re-run of an
-    interrupted upgrade continues where it stopped: nodes already at the pins are left alone.
+    interrupted upgrade continues where it stopped: nodes already at the pins are left alone. An etcd
+    snapshot is taken first, to INVENTORY/.gpubring/etcd-snapshots (unless --no-snapshot).
 
     Exit 1 when a task failed, 4 when a host was unreachable, 3 when cancelled, 2 on bad input.
     """
@@ -41,6 +45,11 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
         raise typer.Exit(code=ExitCode.BAD_INPUT) from None
     if run.check:
         typer.echo(f"gpubring upgrade {inventory} --check: the plan; nothing is changed, no host is reached")
+        typer.echo(
+            f"first: an etcd snapshot to {inventory}/.gpubring/etcd-snapshots (gpubring etcd snapshot)"
+            if not no_snapshot
+            else "no etcd snapshot first (--no-snapshot)"
+        )
         for line in upgrade.plan_lines(plan):
             typer.echo(line)
         typer.echo(f"next: gpubring upgrade {inventory}")
@@ -77,7 +86,12 @@ def command(ctx: typer.Context, inventory: InventoryArg, *, run: RunOptions) -> 
         f"upgrade to the pins: {len(plan.changing)} node(s) to change, {len(plan.releases)} release(s)",
         skip_tags=tuple(phase for phase, _ in phases.skipped),
     )
+    # etcd snapshot first (issue 21 item 11): the restore point if the control planes' upgrade fails;
+    # the steps stop at the first that fails, so a failed snapshot upgrades nothing.
+    from gpubring.commands.etcd import snapshot_step
+
+    todo = [step] if no_snapshot else [snapshot_step(inv, "etcd snapshot before the upgrade"), step]
     outcome = steps.run_steps(
-        inv, nodeops.runs(inv, [step], run, phases), run, title=f"gpubring upgrade {inventory}", phases=phases
+        inv, nodeops.runs(inv, todo, run, phases), run, title=f"gpubring upgrade {inventory}", phases=phases
     )
     raise typer.Exit(code=int(outcome.exit_code))
