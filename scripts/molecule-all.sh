@@ -196,16 +196,22 @@ queue=("${ordered[@]}")
 while ((${#queue[@]})); do
   # Polled rather than `wait -n`: a lane also frees up when the process beside ends.
   while (($(jobs -rp | wc -l) >= $(lanes))); do sleep 2; done
-  # The first in the queue whose scenario is not running already (its other release may be).
+  # The first in the queue whose scenario is not running already (its other release may be): its
+  # .running file names the runner's process, and a runner that died without removing it counts as ended.
   pick=-1
   for i in "${!queue[@]}"; do
-    [[ -e $LOGS/.running.$(scenario_of "${queue[$i]}") ]] || { pick=$i; break; }
+    running=$LOGS/.running.$(scenario_of "${queue[$i]}")
+    if [[ -e $running ]] && kill -0 "$(cat "$running" 2>/dev/null)" 2>/dev/null; then continue; fi
+    pick=$i
+    break
   done
   if ((pick < 0)); then sleep 2; continue; fi
   name=${queue[$pick]}
   queue=("${queue[@]:0:pick}" "${queue[@]:pick+1}")
-  : >"$LOGS/.running.$(scenario_of "$name")"
+  running=$LOGS/.running.$(scenario_of "$name")
+  echo $$ >"$running" # this script's until the runner's own is known
   run_scenario "$name" &
+  echo $! >"$running"
 done
 wait
 
