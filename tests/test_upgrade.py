@@ -15,13 +15,30 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gpubring import upgrade
+from gpubring import hops, upgrade, versions
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from helpers import REPO
 
-PIN = "1.34.2"  # versions.yml's kubernetes pin; test_the_pin_is_what_the_tests_assume checks it
+# The scenarios follow versions.yml's pins (a pin change must not break them): the Kubernetes pin and
+# releases one, two and three minor releases below it, one above, and a major below.
+PIN = str(versions.load_pinned()["kubernetes"]["version"])
+_MAJOR, _MINOR, _PATCH = (int(part) for part in PIN.split("."))
+
+
+def _release(minor: int, patch: int, major: int = _MAJOR) -> str:
+    return f"{major}.{minor}.{patch}"
+
+
+def _path(*minors: int) -> str:
+    return " -> ".join(f"{_MAJOR}.{m}" for m in minors)
+
+
+ONE_BELOW = _release(_MINOR - 1, 5)  # one minor release below the pin: a supported upgrade
+TWO_BELOW = _release(_MINOR - 2, 7)  # two below: kubeadm refuses the skipped minor release
+THREE_BELOW = _release(_MINOR - 3, 0)
+OLD_DRIVER = "580.82.07"  # an older release of the 580 branch than the pin (test_the_pin_is_... checks)
 CPS = ("cp-1", "cp-2", "cp-3")
 GPUS = ("gpu-1", "gpu-2", "gpu-3", "gpu-4")
 
@@ -49,20 +66,26 @@ def at_pins(inventory: Path) -> dict[str, dict[str, str]]:
 
 
 def test_the_pin_is_what_the_tests_assume(sample_inventory: Path) -> None:
-    assert load_inventory(sample_inventory).versions["kubernetes"]["version"] == PIN
+    """The sample inventory runs at versions.yml's pins, and the derived scenarios mean what they say."""
+    inv = load_inventory(sample_inventory)
+    assert inv.versions["kubernetes"]["version"] == PIN
+    assert _MINOR >= 3, "the scenarios need three minor releases below the pin"
+    driver = str(inv.versions["nvidia_driver"]["version"])
+    old, new = versions.parse_version(OLD_DRIVER), versions.parse_version(driver)
+    assert old and new and old[0] == new[0] and old < new, (OLD_DRIVER, driver)
 
 
 # -- the hop rule: the CLI's check_hop and the role's hop.yml agree ---------------------------------
 
 HOPS = [
-    ("1.33.5", PIN, None),
-    ("1.34.0", PIN, None),
+    (ONE_BELOW, PIN, None),
+    (_release(_MINOR, 0), PIN, None),
     (PIN, PIN, None),
-    ("1.32.7", PIN, "2 minor releases at once"),
-    ("1.31.0", PIN, "1.31 -> 1.32 -> 1.33 -> 1.34"),
-    ("1.34.3", PIN, "downgrade"),
-    ("1.35.0", PIN, "downgrade"),
-    ("0.34.2", PIN, "major"),
+    (TWO_BELOW, PIN, "2 minor releases at once"),
+    (THREE_BELOW, PIN, _path(_MINOR - 3, _MINOR - 2, _MINOR - 1, _MINOR)),
+    (_release(_MINOR, _PATCH + 1), PIN, "downgrade"),
+    (_release(_MINOR + 1, 0), PIN, "downgrade"),
+    (_release(_MINOR, _PATCH, _MAJOR - 1), PIN, "major"),
 ]
 
 
@@ -182,32 +205,50 @@ def test_a_cluster_at_the_pins_gets_nothing(make_inventory: Callable[..., Path])
 def test_one_minor_release_up_is_planned_node_by_node(make_inventory: Callable[..., Path]) -> None:
     inventory = make_inventory()
     hosts = at_pins(inventory)
-    old = {h: {**v, "kubernetes": "1.33.5"} for h, v in hosts.items()}
-    old["gpu-2"]["nvidia_driver"] = "580.82.07"
+    old = {h: {**v, "kubernetes": ONE_BELOW} for h, v in hosts.items()}
+    old["gpu-2"]["nvidia_driver"] = OLD_DRIVER
     write_record(inventory, old, {"gpu-operator": "v25.3.4"})
     code, out = cli(inventory, "--check")
     assert code == 0, out
-    assert f"Kubernetes 1.33.5 -> {PIN}" in out
+    assert f"Kubernetes {ONE_BELOW} -> {PIN}" in out
     lines = out.splitlines()
     first = next(i for i, ln in enumerate(lines) if "first control plane cp-1" in ln)
     second = next(i for i, ln in enumerate(lines) if "control plane cp-2, alone" in ln)
     workers = next(i for i, ln in enumerate(lines) if "gpu-2:" in ln)
     assert first < second < workers
     gpu2 = lines[workers]
-    assert f"kubernetes 1.33.5 -> {PIN}" in gpu2 and "nvidia_driver 580.82.07 -> 580.95.05" in gpu2
+    driver = load_inventory(inventory).versions["nvidia_driver"]["version"]
+    assert f"kubernetes {ONE_BELOW} -> {PIN}" in gpu2 and f"nvidia_driver {OLD_DRIVER} -> {driver}" in gpu2
     assert "nvidia_driver" not in next(ln for ln in lines if "gpu-1:" in ln)
-    assert "gpu-operator v25.3.4 -> v25.10.0" in out
     assert "8 of 8 node(s) drained once each" in out
+    # the recorded GPU Operator is older than every major line gpubring knows: its road goes through
+    # each of them (versions.yml gpubring_upgrade_hops, whose last line is the pin), one line at a time
+    rule = hops.load_rules()["gpu-operator"]
+    assert rule.lines[-1] == load_inventory(inventory).versions["gpu_operator"]["chart"]
+    gpu_op = next(ln.strip() for ln in lines if ln.strip().startswith("gpu-operator "))
+    road = " -> ".join(("v25.3.4", *rule.lines))
+    assert gpu_op.startswith(f"gpu-operator {road} ({len(rule.lines)} upgrades, one major line at a time)")
+    assert "older than the lines gpubring knows" in gpu_op
+    assert f"{len(rule.lines)} runs of `gpubring upgrade`" in out
+    run1 = next(ln for ln in lines if "run 1: pin" in ln)
+    assert f"gpu_operator.chart: {rule.lines[0]}" in run1
+    # the run itself refuses the skipped operator line before any host, naming the pin for run 1
+    code, out = cli(inventory)
+    assert code == ExitCode.BAD_INPUT, out
+    assert f"gpu-operator {road}: the operator supports an upgrade only within a major line" in out
+    assert f"pin gpu_operator.chart: {rule.lines[0]} under gpubring_versions" in out
+    assert "Traceback" not in out
+    assert not (inventory / ".gpubring" / "runs").exists(), "a refused upgrade started a run"
 
 
 def test_a_skipped_minor_release_is_refused_with_the_hops(make_inventory: Callable[..., Path]) -> None:
     inventory = make_inventory()
     hosts = at_pins(inventory)
-    write_record(inventory, {h: {**v, "kubernetes": "1.32.4"} for h, v in hosts.items()})
+    write_record(inventory, {h: {**v, "kubernetes": TWO_BELOW} for h, v in hosts.items()})
     code, out = cli(inventory, "--check")
     assert code == ExitCode.BAD_INPUT, out
-    assert "cp-1 runs Kubernetes 1.32.4 and the pin is 1.34.2: 2 minor releases at once" in out
-    assert "1.32 -> 1.33 -> 1.34" in out
+    assert f"cp-1 runs Kubernetes {TWO_BELOW} and the pin is {PIN}: 2 minor releases at once" in out
+    assert _path(_MINOR - 2, _MINOR - 1, _MINOR) in out
     assert "(7 more node(s) alike)" in out
     assert "Traceback" not in out
     # without --check too, before any host: no run folder
@@ -320,7 +361,7 @@ def test_a_broken_record_reads_as_none(tmp_path: Path, text: str) -> None:
 
 def test_a_large_batch_is_folded(sample_inventory: Path) -> None:
     inv = load_inventory(sample_inventory)
-    node = upgrade.NodePlan("w", (upgrade.Change("kubernetes", "1.33.5", PIN),))
+    node = upgrade.NodePlan("w", (upgrade.Change("kubernetes", ONE_BELOW, PIN),))
     plan = upgrade.plan_upgrade(inv, upgrade.Installed({}, {}, {}, Path("/none")))
     many = tuple(upgrade.NodePlan(f"w{i}", node.changes) for i in range(500))
     lines = upgrade.plan_lines(type(plan)(**{**plan.__dict__, "worker_batches": (many,)}))
