@@ -5,6 +5,10 @@ verify_results is what roles/verify tasks/cluster_results.yml publishes when ans
 on registered.yml (the values the smoke tests register, recorded; the first test runs it again and
 compares), and gpu_acceptance_result is built with the role's plugins/module_utils/gpu_expect.py
 (check, dcgm_check, verdict), inside the job events ansible-runner writes for a run.
+
+The requirements are the checklist of the cluster's Kubernetes minor (gpubring's copy of each checklist:
+cli/gpubring/conformance_checklists.yml); with GPUBRING_UPSTREAM_DIR set, that copy is compared with the
+upstream checklists in $GPUBRING_UPSTREAM_DIR/ai-conformance.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from gpubring import conformance, verifyfacts, versions
@@ -28,7 +33,8 @@ from helpers import FIXTURES, ansible_playbook, module_utils
 
 HERE = FIXTURES / "conformance"
 RUN = HERE / "run"
-REQUIREMENT_IDS = [
+# The v1.34 checklist's requirements, all MUST (cncf/k8s-ai-conformance docs/AIConformance-1.34.yaml).
+IDS_1_34 = [
     "dra_support",
     "ai_inference",
     "gang_scheduling",
@@ -39,6 +45,15 @@ REQUIREMENT_IDS = [
     "secure_accelerator_access",
     "robust_controller",
 ]
+# v1.35 (docs/AIConformance-1.35.yaml): three SHOULD items after dra_support, in the accelerators section.
+SHOULD_1_35 = ["driver_runtime_management", "gpu_sharing", "virtualized_accelerator"]
+IDS_1_35 = [IDS_1_34[0], *SHOULD_1_35, *IDS_1_34[1:]]
+# v1.36 (docs/AIConformance-1.36.yaml): no dra_support; three more SHOULD items after ai_inference.
+SHOULD_1_36 = ["advanced_inference_ingress", "high_performance_networking", "disaggregated_inference"]
+IDS_1_36 = [*SHOULD_1_35, "ai_inference", *SHOULD_1_36, *IDS_1_34[2:]]
+IDS_BY_MINOR = {"1.34": IDS_1_34, "1.35": IDS_1_35, "1.36": IDS_1_36}
+# The pinned Kubernetes (versions.yml) is 1.35.x: the document of the recorded run has v1.35's rows.
+REQUIREMENT_IDS = IDS_1_35
 # The run report of that run (gpubring.report's fields), as `gpubring verify --acceptance` wrote it.
 REPORT: dict[str, Any] = {
     "gpubring_version": "0.1.0",
@@ -158,10 +173,107 @@ def test_job_events_are_read_by_counter_and_broken_files_skipped(tmp_path: Path)
 
 def test_every_requirement_of_the_checklist_has_a_row_in_order(doc: dict[str, Any]) -> None:
     assert [r["id"] for r in doc["requirements"]] == REQUIREMENT_IDS
-    assert {r["level"] for r in doc["requirements"]} == {"MUST"}
-    assert doc["checklist"]["version"] == "v1.34"
-    assert "cncf/k8s-ai-conformance" in doc["checklist"]["source"]
+    levels = {r["id"]: r["level"] for r in doc["requirements"]}
+    assert {i for i, level in levels.items() if level == "SHOULD"} == set(SHOULD_1_35)
+    assert {i for i, level in levels.items() if level == "MUST"} == set(IDS_1_34)
+    assert doc["checklist"] == {
+        "name": "Kubernetes AI Conformance",
+        "version": "v1.35",
+        "kubernetes": "1.35",
+        "source": "https://github.com/cncf/k8s-ai-conformance/blob/b2c89690e77f705dd4aec8da7d33a3b5d9831d8e/"
+        "docs/AIConformance-1.35.yaml",
+        "repository": "cncf/k8s-ai-conformance",
+        "commit": "b2c89690e77f705dd4aec8da7d33a3b5d9831d8e",
+        "path": "docs/AIConformance-1.35.yaml",
+    }
     assert doc["schema"] == "gpubring.conformance/v1"
+    by_id = rows(doc)
+    assert by_id["driver_runtime_management"]["title"] == "Accelerator Driver & Runtime Management"
+    assert by_id["gpu_sharing"]["category"] == "Accelerators"
+    assert by_id["robust_controller"]["category"] == "Operator Support"
+
+
+@pytest.mark.parametrize("minor", sorted(IDS_BY_MINOR))
+def test_each_minor_gets_its_own_checklist(minor: str) -> None:
+    document = conformance.build(recorded(), [{"path": "kubernetes.version", "version": f"{minor}.4"}])
+    assert document["checklist"]["version"] == f"v{minor}"
+    assert document["checklist"]["path"] == f"docs/AIConformance-{minor}.yaml"
+    assert [r["id"] for r in document["requirements"]] == IDS_BY_MINOR[minor]
+    assert document["notes"] == []
+    by_id = rows(document)
+    # A requirement new in a later checklist has no check in gpubring: not covered, with the reason.
+    for new in set(IDS_BY_MINOR[minor]) - set(IDS_1_34):
+        assert by_id[new]["level"] == "SHOULD"
+        assert by_id[new]["status"] == "not-covered", by_id[new]
+        assert by_id[new]["covered"] is False and by_id[new]["checks"] == []
+        assert len(by_id[new]["reason"]) > len("not covered by gpubring: ") + 20
+    # The requirements all checklists share keep their evidence and results.
+    for kept in ("gang_scheduling", "accelerator_metrics", "secure_accelerator_access"):
+        assert by_id[kept]["status"] == {"accelerator_metrics": "failed"}.get(kept, "passed")
+    assert ("dra_support" in by_id) == (minor != "1.36")
+    covered = 3 if minor == "1.36" else 4
+    assert document["summary"]["passed"] + document["summary"]["failed"] == covered
+    assert document["summary"]["not-covered"] == len(IDS_BY_MINOR[minor]) - covered
+
+
+def test_every_requirement_id_has_its_evidence_and_title() -> None:
+    tables = conformance.checklists()
+    assert list(tables) == ["1.34", "1.35", "1.36"]
+    ids = {r.id for checklist in tables.values() for r in checklist.requirements}
+    assert ids == set(conformance.EVIDENCE)
+    for checklist in tables.values():
+        for req in checklist.requirements:
+            assert req.title and req.category and req.level in ("MUST", "SHOULD")
+            assert req.evidence is conformance.EVIDENCE[req.id]
+            assert bool(req.evidence.required) != bool(req.evidence.not_covered), req.id
+
+
+def _upstream_rows(file: Path) -> list[tuple[str, str, str]]:
+    data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    return [
+        (str(r["id"]), section, str(r["level"])) for section, items in data["spec"].items() for r in items
+    ]
+
+
+def _sources_rows(folder: Path) -> dict[str, list[str]]:
+    """SOURCES.md's table: folder path -> [repository, commit, path in the repository, last commit]."""
+    out: dict[str, list[str]] = {}
+    for line in (folder / "SOURCES.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| v1.") and len(cells) == 5:
+            out[cells[0]] = cells[1:]
+    return out
+
+
+def test_the_checklists_are_the_upstream_ones() -> None:
+    """gpubring's per-minor requirement ids, sections and levels, and the commits it cites, are those of
+    the upstream checklists in $GPUBRING_UPSTREAM_DIR/ai-conformance (one v1.NN folder per minor, both
+    the cncf/k8s-ai-conformance template and the kubernetes-sigs/ai-conformance definition)."""
+    upstream = os.environ.get("GPUBRING_UPSTREAM_DIR")
+    if not upstream:
+        pytest.skip("GPUBRING_UPSTREAM_DIR is not set: no upstream AI Conformance checklists to compare with")
+    folder = Path(upstream) / "ai-conformance"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} does not exist: no upstream AI Conformance checklists to compare with")
+    minors = sorted(p.name.removeprefix("v") for p in folder.glob("v1.*") if p.is_dir())
+    assert minors, folder
+    tables = conformance.checklists()
+    sources = _sources_rows(folder)
+    for minor in minors:
+        assert minor in tables, f"gpubring has no copy of the v{minor} checklist in {folder}"
+        checklist = tables[minor]
+        ours = [(r.id, r.section, r.level) for r in checklist.requirements]
+        cncf = folder / f"v{minor}" / f"AIConformance-{minor}.yaml"
+        sigs = folder / f"v{minor}" / f"KubernetesAIConformance-{minor}.yaml"
+        assert ours == _upstream_rows(cncf), minor
+        assert ours == _upstream_rows(sigs), minor
+        assert [r[0] for r in ours] == IDS_BY_MINOR[minor]
+        assert sources[f"v{minor}/{cncf.name}"][:3] == [
+            checklist.repository,
+            checklist.commit,
+            checklist.path,
+        ]
+    assert sorted(tables) == minors, "gpubring has a checklist the upstream folder does not hold"
 
 
 def test_results_pass_fail_and_not_covered(doc: dict[str, Any]) -> None:
@@ -176,8 +288,11 @@ def test_results_pass_fail_and_not_covered(doc: dict[str, Any]) -> None:
         "ai_service_metrics": "not-covered",
         "secure_accelerator_access": "passed",
         "robust_controller": "not-covered",
+        "driver_runtime_management": "not-covered",
+        "gpu_sharing": "not-covered",
+        "virtualized_accelerator": "not-covered",
     }
-    assert doc["summary"] == {"passed": 3, "failed": 1, "not-run": 0, "not-covered": 5}
+    assert doc["summary"] == {"passed": 3, "failed": 1, "not-run": 0, "not-covered": 8}
     assert by_id["accelerator_metrics"]["reason"] == "dcgm_metrics: no DCGM_FI_* sample from gpu-02"
     for row in by_id.values():
         if row["status"] == "not-covered":
@@ -253,10 +368,33 @@ def test_the_version_matrix(doc: dict[str, Any]) -> None:
     assert doc["notes"] == []
 
 
-def test_another_kubernetes_minor_is_noted() -> None:
-    document = conformance.build(recorded(), [{"path": "kubernetes.version", "version": "1.35.1"}])
+def test_a_minor_without_a_checklist_is_noted() -> None:
+    # No v1.37 checklist exists (ai-conformance SOURCES.md): the nearest older one, v1.36, and a note.
+    document = conformance.build(recorded(), [{"path": "kubernetes.version", "version": "1.37.1"}])
     assert document["notes"] == [
-        "this cluster runs Kubernetes 1.35.1; the requirements are those of the v1.34 checklist"
+        "this cluster runs Kubernetes 1.37.1; gpubring has no AI Conformance checklist for 1.37, "
+        "the requirements are those of the v1.36 checklist"
+    ]
+    assert document["checklist"]["version"] == "v1.36"
+    assert [r["id"] for r in document["requirements"]] == IDS_1_36
+    assert "Note: this cluster runs Kubernetes 1.37.1; " in conformance.to_markdown(document)
+    # Older than every checklist: the oldest, noted.
+    older = conformance.build(recorded(), [{"path": "kubernetes.version", "version": "v1.33.5"}])
+    assert older["checklist"]["version"] == "v1.34"
+    assert older["notes"] == [
+        "this cluster runs Kubernetes v1.33.5; gpubring has no AI Conformance checklist for 1.33, "
+        "the requirements are those of the v1.34 checklist"
+    ]
+
+
+def test_without_a_kubernetes_version_the_pinned_minor_is_used_and_noted() -> None:
+    pinned = versions.load_pinned()["kubernetes"]["version"]
+    minor = ".".join(pinned.split(".")[:2])
+    document = conformance.build(recorded(), [{"path": "other", "version": "1"}])
+    assert document["checklist"]["version"] == f"v{minor}"
+    assert document["notes"] == [
+        f"the version matrix names no Kubernetes version; the requirements are those of the v{minor} "
+        f"checklist, of the Kubernetes gpubring pins ({pinned})"
     ]
 
 
@@ -267,7 +405,7 @@ def test_without_smoke_tests_or_acceptance_the_covered_rows_are_not_run() -> Non
     for req in ("dra_support", "gang_scheduling", "accelerator_metrics", "secure_accelerator_access"):
         assert by_id[req]["status"] == "not-run"
         assert by_id[req]["reason"] == conformance.NO_SMOKE_TESTS
-    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 5}
+    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 8}
     assert document["acceptance"] == {
         "ran": False,
         "reason": "not run: gpubring verify ran without --acceptance",
@@ -308,7 +446,8 @@ def test_markdown(doc: dict[str, Any]) -> None:
         "| Networking: AI Inference | `ai_inference` | MUST | not covered | none | not covered by gpubring: "
         in text
     )
-    assert "Summary: 3 passed, 1 FAILED, 0 not run, 5 not covered." in text
+    assert "Summary: 3 passed, 1 FAILED, 0 not run, 8 not covered." in text
+    assert "| Accelerators: GPU Sharing | `gpu_sharing` | SHOULD | not covered | none | not covered" in text
     assert doc["checklist"]["source"] in text
     assert '"gpu-02": "0"' in text  # raw output, fenced
     assert "| gpu-01 | passed | — | rdma_write_bw:mlx5_0 |" in text
@@ -390,7 +529,8 @@ def test_report_on_an_unreachable_cluster(unreachable: Path, tmp_path: Path) -> 
         assert stat.S_IMODE((report / name).stat().st_mode) == 0o600
     document = json.loads((report / "conformance.json").read_text())
     assert document["run"]["status"] == "unreachable"
-    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 5}
+    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 8}
+    assert document["checklist"]["version"] == "v1.35"
     assert document["acceptance"]["reason"] == "not run: gpubring verify ran without --acceptance"
     (run,) = runs_of(unreachable)
     stored = json.loads((run / "report.json").read_text())

@@ -1,13 +1,17 @@
 """Conformance evidence: each CNCF Kubernetes AI Conformance requirement, the gpubring check that
 proves it on this cluster, its result and what it read (`gpubring verify --report DIR`).
 
-The requirements are those of the Kubernetes AI Conformance checklist for Kubernetes v1.34
-(cncf/k8s-ai-conformance, docs/AIConformance-1.34.md, generated from AIConformance-1.34.yaml, at
-commit c20ddff5884bfc01ddf9878e90ad0149038a8868): nine requirements, all MUST, with the ids below.
-gpubring pins Kubernetes 1.34 (versions.yml). The titles are the checklist's; the descriptions of
-what each asks are not copied here: read the checklist. A later checklist (v1.35) adds SHOULD items
-(driver runtime management, GPU sharing, virtualized accelerator) and turns no MUST item here into
-something else.
+The requirements are those of the Kubernetes AI Conformance checklist of the cluster's Kubernetes minor
+(the version matrix's kubernetes.version). gpubring keeps each checklist's requirement ids, sections and
+levels as data in conformance_checklists.yml next to this file, with its source (cncf/k8s-ai-conformance
+docs/AIConformance-1.NN.yaml and the commit); the checklists of v1.34, v1.35 and v1.36 are there. v1.35
+adds three SHOULD items to v1.34's nine MUST (driver_runtime_management, gpu_sharing,
+virtualized_accelerator); v1.36 drops dra_support (Kubernetes conformance covers the DRA APIs from v1.35)
+and adds three more SHOULD (advanced_inference_ingress, high_performance_networking,
+disaggregated_inference). A cluster on a minor without a checklist there (1.37, say) is judged against the
+nearest older one (else the oldest), and the document's notes say so. What proves each requirement is
+EVIDENCE below, by id; a new minor's list is a data change, and a requirement without a check is reported
+`not-covered`, never passed.
 
 A requirement is
 - `passed`/`failed`: the checks of roles/verify that prove it ran, with that result;
@@ -15,9 +19,11 @@ A requirement is
   earlier failure, check mode; the reason says which);
 - `not-covered`: gpubring has no check that proves it, and the row says why.
 
-Pure: `build(report_data, matrix)` takes the run report (report.json's fields) with the facts the
-verify roles published (`verify_results`, `gpu_acceptance`: gpubring.verifyfacts) and the version
-matrix rows; `to_markdown` renders what `build` returns. Nothing here reads files or prints.
+Pure but for gpubring's own data: `build(report_data, matrix)` takes the run report (report.json's
+fields) with the facts the verify roles published (`verify_results`, `gpu_acceptance`:
+gpubring.verifyfacts) and the version matrix rows; `to_markdown` renders what `build` returns. The only
+files read are conformance_checklists.yml and, when the matrix names no Kubernetes version, versions.yml
+(the pinned minor).
 """
 
 from __future__ import annotations
@@ -25,18 +31,15 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
+from gpubring import versions, yamlfile
+
 SCHEMA = "gpubring.conformance/v1"
-CHECKLIST = {
-    "name": "Kubernetes AI Conformance",
-    "version": "v1.34",
-    "source": (
-        "https://github.com/cncf/k8s-ai-conformance/blob/c20ddff5884bfc01ddf9878e90ad0149038a8868/"
-        "docs/AIConformance-1.34.md"
-    ),
-}
-CHECKLIST_KUBERNETES = "1.34"
+CHECKLIST_NAME = "Kubernetes AI Conformance"
+CHECKLISTS_FILE = Path(__file__).with_name("conformance_checklists.yml")
 
 PASSED, FAILED, NOT_RUN, NOT_COVERED = "passed", "failed", "not-run", "not-covered"
 STATUSES = (PASSED, FAILED, NOT_RUN, NOT_COVERED)
@@ -49,41 +52,70 @@ NO_SMOKE_TESTS = (
 
 
 @dataclass(frozen=True)
-class Requirement:
-    """One checklist requirement and how gpubring proves it.
+class Evidence:
+    """How gpubring proves one requirement (any checklist that has its id).
 
     `required`: the verify checks (verify_results.checks[].name) that must pass, all of them or, with
     any_of, at least one; `optional`: checks shown as evidence that fail the requirement when they
     fail. No check at all: not covered, for the reason in `not_covered`."""
 
-    id: str
-    title: str
-    category: str
-    level: str
-    proof: str
+    proof: str = "none"
     required: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     any_of: bool = False
     not_covered: str = ""
 
 
-REQUIREMENTS: tuple[Requirement, ...] = (
-    Requirement(
-        id="dra_support",
-        title="DRA Support",
-        category="Accelerators",
-        level="MUST",
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement of a checklist (id, title, section, level: conformance_checklists.yml) with its
+    Evidence."""
+
+    id: str
+    title: str
+    section: str  # the checklist's spec key: accelerators, networking, ...
+    category: str  # its name: Accelerators, Networking, ...
+    level: str
+    evidence: Evidence
+
+
+@dataclass(frozen=True)
+class Checklist:
+    """One Kubernetes minor's checklist as gpubring keeps it: `minor` "1.35", `version` "v1.35", the
+    upstream file it was read from (repository, commit, path) and its requirements in order."""
+
+    minor: str
+    version: str
+    repository: str
+    commit: str
+    path: str
+    requirements: tuple[Requirement, ...]
+
+    @property
+    def source(self) -> str:
+        return f"https://github.com/{self.repository}/blob/{self.commit}/{self.path}"
+
+    def describe(self) -> dict[str, str]:
+        return {
+            "name": CHECKLIST_NAME,
+            "version": self.version,
+            "kubernetes": self.minor,
+            "source": self.source,
+            "repository": self.repository,
+            "commit": self.commit,
+            "path": self.path,
+        }
+
+
+EVIDENCE: dict[str, Evidence] = {
+    "dra_support": Evidence(
         proof=(
             "roles/verify tasks/cluster_dra.yml: the resource.k8s.io/v1 API is served and NVIDIA's DRA "
             "driver (gpu.nvidia.com) publishes each DRA node's GPUs as devices in ResourceSlices"
         ),
         required=("dra_resourceslices",),
     ),
-    Requirement(
-        id="ai_inference",
-        title="AI Inference",
-        category="Networking",
-        level="MUST",
+    "ai_inference": Evidence(
         proof="none",
         not_covered=(
             "gpubring installs no Gateway API implementation (no Gateway API CRDs, no gateway controller, no "
@@ -91,11 +123,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "it with its own tests"
         ),
     ),
-    Requirement(
-        id="gang_scheduling",
-        title="Gang Scheduling",
-        category="Scheduling & Orchestration",
-        level="MUST",
+    "gang_scheduling": Evidence(
         proof=(
             "roles/verify tasks/cluster_gang.yml: a 3-pod job runs all together under Volcano (minAvailable) "
             "and/or is admitted as one workload by Kueue, whichever the platform runs (KAI Scheduler has no "
@@ -104,11 +132,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         required=("gang_volcano", "gang_kueue"),
         any_of=True,
     ),
-    Requirement(
-        id="cluster_autoscaling",
-        title="Cluster Autoscaling",
-        category="Scheduling & Orchestration",
-        level="MUST",
+    "cluster_autoscaling": Evidence(
         proof="none",
         not_covered=(
             "gpubring builds bare-metal clusters from a fixed inventory and installs no cluster autoscaler: "
@@ -116,11 +140,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "providing an autoscaler"
         ),
     ),
-    Requirement(
-        id="pod_autoscaling",
-        title="Pod Autoscaling",
-        category="Scheduling & Orchestration",
-        level="MUST",
+    "pod_autoscaling": Evidence(
         proof="none",
         not_covered=(
             "the monitoring role installs prometheus-adapter with the custom metric pod_gpu_utilization "
@@ -128,22 +148,14 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "custom.metrics.k8s.io nor scales a HorizontalPodAutoscaler on it"
         ),
     ),
-    Requirement(
-        id="accelerator_metrics",
-        title="Accelerator Metrics",
-        category="Observability",
-        level="MUST",
+    "accelerator_metrics": Evidence(
         proof=(
             "roles/verify tasks/cluster_dcgm.yml: a DCGM exporter runs on every tested GPU node and "
             "answers on :9400/metrics with DCGM_FI_* samples (the output is their count per node)"
         ),
         required=("dcgm_exporters", "dcgm_metrics"),
     ),
-    Requirement(
-        id="ai_service_metrics",
-        title="AI Service Metrics",
-        category="Observability",
-        level="MUST",
+    "ai_service_metrics": Evidence(
         proof="none",
         not_covered=(
             "the monitoring role installs kube-prometheus-stack, whose Prometheus selects every "
@@ -151,11 +163,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "metrics are discovered and scraped"
         ),
     ),
-    Requirement(
-        id="secure_accelerator_access",
-        title="Secure Accelerator Access",
-        category="Security",
-        level="MUST",
+    "secure_accelerator_access": Evidence(
         proof=(
             "roles/verify tasks/cluster_pods.yml: a pod without a GPU request sees no /dev/nvidia*, a "
             "one-GPU pod sees exactly one GPU through nvidia-smi, two one-GPU pods on one node see "
@@ -164,11 +172,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
         required=("no_gpu_without_request", "one_gpu_per_pod"),
         optional=("distinct_gpus", "pods_running"),
     ),
-    Requirement(
-        id="robust_controller",
-        title="Robust Controller",
-        category="Operator Support",
-        level="MUST",
+    "robust_controller": Evidence(
         proof="none",
         not_covered=(
             "the verify phase does not read the operators' state: `gpubring up`'s platform phase waits for "
@@ -177,7 +181,114 @@ REQUIREMENTS: tuple[Requirement, ...] = (
             "webhook or reconcile test of an AI operator (Ray, Kubeflow) runs"
         ),
     ),
-)
+    # SHOULD items of the v1.35 and v1.36 checklists: no verify check proves any of them yet.
+    "driver_runtime_management": Evidence(
+        not_covered=(
+            "the per-host verify checks read the loaded driver's version against its pin (roles/verify "
+            "tasks/nvidia_driver.yml) and the GPU Operator validates driver and toolkit, but no cluster "
+            "check of verify_results proves the driver and container runtime of every GPU node, and none "
+            "reads driver or runtime versions through DRA"
+        ),
+    ),
+    "gpu_sharing": Evidence(
+        not_covered=(
+            "the GPU Operator can be set to time-slice GPUs (gpu_operator_time_slicing_replicas) or to "
+            "partition them with MIG, but the verify phase does not prove that a shared or partitioned GPU "
+            "is schedulable and oversubscribed"
+        ),
+    ),
+    "virtualized_accelerator": Evidence(
+        not_covered="gpubring sets up no virtualized accelerators (vGPU) and the verify phase tests none",
+    ),
+    "advanced_inference_ingress": Evidence(
+        not_covered=(
+            "gpubring installs no Gateway API implementation and no Gateway API Inference Extension, and the "
+            "verify phase tests no model-aware routing"
+        ),
+    ),
+    "high_performance_networking": Evidence(
+        not_covered=(
+            "the Network Operator (RDMA devices, secondary networks) and the NCCL fabric test "
+            "(fabric_test_enabled, its own verdict in the run) are there, but no check of verify_results "
+            "proves that pods attach to more than one interface or that the devices are exposed through DRA"
+        ),
+    ),
+    "disaggregated_inference": Evidence(
+        not_covered="gpubring installs no disaggregated (prefill/decode) inference serving and tests none",
+    ),
+}
+
+
+def _minor_key(version: str) -> tuple[int, ...]:
+    parts = version.strip().lstrip("v").split(".")[:2]
+    return tuple(int(p) if p.isdigit() else -1 for p in parts)
+
+
+def _minor(version: str) -> str:
+    return ".".join(version.strip().lstrip("v").split(".")[:2])
+
+
+class ChecklistDataError(Exception):
+    """conformance_checklists.yml does not say what gpubring expects (a defect of gpubring itself)."""
+
+
+@cache
+def checklists() -> dict[str, Checklist]:
+    """Every checklist of conformance_checklists.yml by minor ("1.34"), oldest first. Every id there
+    must have its EVIDENCE and a title."""
+    try:
+        data = yamlfile.read(CHECKLISTS_FILE, CHECKLISTS_FILE.name)
+        sections, titles = dict(data["sections"]), dict(data["titles"])
+        out: dict[str, Checklist] = {}
+        for minor in sorted(data["checklists"], key=_minor_key):
+            entry = data["checklists"][minor]
+            reqs = tuple(
+                Requirement(
+                    id=str(row["id"]),
+                    title=str(titles[row["id"]]),
+                    section=str(row["section"]),
+                    category=str(sections[row["section"]]),
+                    level=str(row["level"]),
+                    evidence=EVIDENCE[row["id"]],
+                )
+                for row in entry["requirements"]
+            )
+            out[str(minor)] = Checklist(
+                minor=str(minor),
+                version=str(entry["version"]),
+                repository=str(entry["repository"]),
+                commit=str(entry["commit"]),
+                path=str(entry["path"]),
+                requirements=reqs,
+            )
+    except (yamlfile.YamlError, KeyError, TypeError, AttributeError) as exc:
+        raise ChecklistDataError(f"{CHECKLISTS_FILE}: {exc}") from None
+    if not out:
+        raise ChecklistDataError(f"{CHECKLISTS_FILE}: no checklist")
+    return out
+
+
+def checklist_for(kubernetes: str) -> tuple[Checklist, list[str]]:
+    """The checklist of that Kubernetes version's minor, with the notes the document carries: none when
+    gpubring has that minor's checklist; else the nearest older one's (the oldest when there is none
+    older) and a note naming it. No version: the checklist of the minor gpubring pins (versions.yml)."""
+    table = checklists()
+    if not kubernetes:
+        pinned = str(versions.load_pinned()["kubernetes"]["version"])
+        chosen, _ = checklist_for(pinned)
+        return chosen, [
+            f"the version matrix names no Kubernetes version; the requirements are those of the "
+            f"{chosen.version} checklist, of the Kubernetes gpubring pins ({pinned})"
+        ]
+    minor = _minor(kubernetes)
+    if minor in table:
+        return table[minor], []
+    older = [m for m in table if _minor_key(m) <= _minor_key(minor)]
+    chosen = table[older[-1] if older else next(iter(table))]
+    return chosen, [
+        f"this cluster runs Kubernetes {kubernetes}; gpubring has no AI Conformance checklist for {minor}, "
+        f"the requirements are those of the {chosen.version} checklist"
+    ]
 
 
 def _checks_by_name(verify_results: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -202,7 +313,7 @@ def _check_row(name: str, check: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _judge(req: Requirement, rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
+def _judge(req: Evidence, rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
     """The requirement's status and why, from the rows of its checks."""
     failed = [r for r in rows if r["status"] == "failed"]
     if failed:
@@ -216,24 +327,26 @@ def _judge(req: Requirement, rows: Sequence[dict[str, Any]]) -> tuple[str, str]:
 
 
 def _requirement(req: Requirement, checks: Mapping[str, Mapping[str, Any]], ran: bool) -> dict[str, Any]:
+    evidence = req.evidence
     row: dict[str, Any] = {
         "id": req.id,
         "title": req.title,
         "category": req.category,
         "level": req.level,
-        "covered": bool(req.required),
-        "proof": req.proof,
+        "covered": bool(evidence.required),
+        "proof": evidence.proof,
     }
-    if not req.required:
+    if not evidence.required:
         return row | {
             "status": NOT_COVERED,
-            "reason": f"not covered by gpubring: {req.not_covered}",
+            "reason": f"not covered by gpubring: {evidence.not_covered}",
             "checks": [],
         }
-    rows = [_check_row(name, checks.get(name) if ran else None) for name in (*req.required, *req.optional)]
+    names = (*evidence.required, *evidence.optional)
+    rows = [_check_row(name, checks.get(name) if ran else None) for name in names]
     if not ran:
         return row | {"status": NOT_RUN, "reason": NO_SMOKE_TESTS, "checks": rows}
-    status, reason = _judge(req, rows)
+    status, reason = _judge(evidence, rows)
     return row | {"status": status, "reason": reason, "checks": rows}
 
 
@@ -280,20 +393,13 @@ def build(report_data: Mapping[str, Any], matrix: Sequence[Mapping[str, Any]]) -
     {path, version, overridden, pinned} (`gpubring versions --json`'s `matrix`)."""
     cluster, checks = _checks_by_name(report_data.get("verify_results") or {})
     ran = bool(checks)
-    requirements = [_requirement(req, checks, ran) for req in REQUIREMENTS]
-    summary = {status: sum(1 for r in requirements if r["status"] == status) for status in STATUSES}
     kubernetes = _kubernetes(matrix)
-    notes: list[str] = []
-    if kubernetes and not (
-        kubernetes == CHECKLIST_KUBERNETES or kubernetes.startswith(CHECKLIST_KUBERNETES + ".")
-    ):
-        notes.append(
-            f"this cluster runs Kubernetes {kubernetes}; the requirements are those of the "
-            f"{CHECKLIST['version']} checklist"
-        )
+    checklist, notes = checklist_for(kubernetes)
+    requirements = [_requirement(req, checks, ran) for req in checklist.requirements]
+    summary = {status: sum(1 for r in requirements if r["status"] == status) for status in STATUSES}
     return {
         "schema": SCHEMA,
-        "checklist": dict(CHECKLIST),
+        "checklist": checklist.describe(),
         "gpubring_version": report_data.get("gpubring_version"),
         "run": {
             key: report_data.get(key)
