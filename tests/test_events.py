@@ -218,3 +218,106 @@ def test_summary_lists_the_failures_tasks_let_pass() -> None:
     assert "1 failure(s) let pass by their task (ignore_errors):" in out
     assert "  cp1: helm : Download and verify (sha256) Helm 3.19.0: Request failed: <urlopen error" in out
     assert "more" not in out  # the first line of the message only
+
+
+# --- the node_drain role's report (issue 21 item 14) -------------------------------------------------
+# tests/fixtures/events/drain.jsonl was recorded by tests/data/record_drain.py: ansible-runner ran the
+# node_drain role's decision (tasks_from: plan) on tests/fixtures/node_drain's objects, then drain.yml's
+# own task that publishes node_drain_report, on gpu01 (an operator's cordon, a GPU-aware wait that
+# reached its bound) and gpu02 (schedulable, no wait).
+DRAIN = FIXTURES / "events" / "drain.jsonl"
+WAITED_FOR = (
+    "Job team-a/bert-finetune (Kueue)",
+    "Job team-b/nightly-eval",
+    "Kueue pod group team-c/sweep",
+    "Volcano Job research/mpi-bench",
+    "PyTorchJob research/llama-pretrain",
+    "KAI PodGroup vision/pg-resnet-train-0c4e",
+)
+
+
+def _drain_events() -> list[dict[str, Any]]:
+    return events.load_events(DRAIN.read_text(encoding="utf-8").splitlines())
+
+
+def _folded(raw_events: list[dict[str, Any]]) -> RunState:
+    state = RunState()
+    for raw in raw_events:
+        for event in events.parse_all(raw):
+            state.apply(event)
+    return state
+
+
+def test_the_recorded_fact_has_the_keys_drain_yml_sets() -> None:
+    import yaml
+
+    from helpers import REPO
+
+    drain = yaml.safe_load((REPO / "roles" / "node_drain" / "tasks" / "drain.yml").read_text())
+    [publish] = [
+        task
+        for block in drain
+        for task in block.get("block") or ()
+        if "node_drain_report" in (task.get("ansible.builtin.set_fact") or {})
+    ]
+    keys = set(publish["ansible.builtin.set_fact"]["node_drain_report"])
+    recorded = [
+        raw["event_data"]["res"]["ansible_facts"]["node_drain_report"]
+        for raw in _drain_events()
+        if "node_drain_report" in ((raw.get("event_data") or {}).get("res") or {}).get("ansible_facts", {})
+    ]
+    assert len(recorded) == 2 and all(set(fact) == keys for fact in recorded)
+    assert {"node"} | set(events.DrainReport("x").as_dict()) == keys
+
+
+def test_the_drain_report_folds_into_the_state() -> None:
+    state = _folded(_drain_events())
+    assert state.drains == {
+        "gpu01": events.DrainReport(
+            host="gpu01",
+            cordoned_by="operator",
+            operator_cordon_kept=True,
+            waited_for=WAITED_FOR,
+            waited_seconds=3600,
+            still_running_at_bound=WAITED_FOR[:2],
+            drained=True,
+        ),
+        "gpu02": events.DrainReport(host="gpu02", cordoned_by="gpubring", drained=True),
+    }
+    # Only the result that carries node_drain_report gives one.
+    assert [events.drain_report(raw) for raw in _drain_events()].count(None) == len(_drain_events()) - 2
+
+
+def _drain_fact(host: str, fact: Any) -> dict[str, Any]:
+    return {
+        "event": "runner_on_ok",
+        "event_data": {
+            "host": host,
+            "task": "Publish the drain's report (node_drain_report)",
+            "role": "node_drain",
+            "res": {"changed": False, "ansible_facts": {"node_drain_report": fact}},
+        },
+    }
+
+
+def test_the_last_drain_of_a_host_wins() -> None:
+    # An upgrade drains a node twice (its control-plane batch, then its driver): the summary says the last.
+    first = {
+        "node": "gpu01",
+        "cordoned_by": "gpubring",
+        "operator_cordon_kept": False,
+        "waited_for": ["Job ml/train"],
+        "waited_seconds": 120,
+        "still_running_at_bound": ["Job ml/train"],
+        "drained": True,
+    }
+    second = first | {"waited_for": [], "waited_seconds": 0, "still_running_at_bound": []}
+    state = _folded([_drain_fact("gpu01", first), _drain_fact("gpu02", first), _drain_fact("gpu01", second)])
+    assert state.drains["gpu01"] == events.DrainReport("gpu01", cordoned_by="gpubring", drained=True)
+    assert state.drains["gpu02"].still_running_at_bound == ("Job ml/train",)
+    # A fact of the wrong shape, or one that an older Ansible templated as text, still reads.
+    assert events.drain_report(_drain_fact("gpu03", "not a mapping")) is None
+    texts = events.drain_report(
+        _drain_fact("gpu03", {"operator_cordon_kept": "True", "drained": "False", "waited_seconds": "7"})
+    )
+    assert texts == events.DrainReport("gpu03", operator_cordon_kept=True, waited_seconds=7)

@@ -17,6 +17,7 @@ from gpubring import events, report, runstore, versions
 from gpubring.app import app
 from gpubring.events import HardwareSummary, HostResult, PlayStart, TaskStart
 from gpubring.view import RunView, hardware_line
+from gpubring.view import summary as print_summary
 from helpers import FIXTURES, REPO
 
 SAMPLE = REPO / "inventories" / "prod"
@@ -219,3 +220,56 @@ def test_runs_shows_a_past_runs_hardware(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "hardware (preflight, 1 host(s)):" in result.output
     assert "gpu01: Debian 12.11" in result.output
+
+
+def test_the_summary_says_what_each_drain_waited_for(tmp_path: Path) -> None:
+    """Issue 21 item 14: the node_drain role's reports (tests/fixtures/events/drain.jsonl, recorded from
+    the role's own set_fact) give one summary line per drained host, in `up`'s summary and in `gpubring
+    runs RUN` alike: who cordoned, what was waited for and how long, what was evicted still running."""
+    state = events.RunState()
+    raw_events = events.load_events((FIXTURES / "events" / "drain.jsonl").read_text().splitlines())
+    raw_events.append(
+        {
+            "event": "runner_on_ok",
+            "event_data": {
+                "host": "gpu03",
+                "res": {
+                    "ansible_facts": {
+                        "node_drain_report": {
+                            "node": "gpu03",
+                            "cordoned_by": "gpubring",
+                            "operator_cordon_kept": False,
+                            "waited_for": ["PyTorchJob research/llama-pretrain"],
+                            "waited_seconds": 0,
+                            "still_running_at_bound": [],
+                            "drained": False,
+                        }
+                    }
+                },
+            },
+        }
+    )
+    for raw in raw_events:
+        for event in events.parse_all(raw):
+            state.apply(event)
+    folder = runstore.new_run_folder(tmp_path, "upgrade")
+    now = datetime.now(UTC)
+    meta = report.RunMeta("upgrade", tmp_path, tmp_path / "hosts.yml", folder, "run.yml", now, now, 0)
+    built = report.RunReport.of(state, meta)
+    out = io.StringIO()
+    print_summary(Console(file=out, width=100, force_terminal=False, color_system=None), built)
+    expected = [
+        "drained gpu01: operator's cordon kept; waited 3600 s for Job team-a/bert-finetune (Kueue), Job"
+        " team-b/nightly-eval, Kueue pod group team-c/sweep, Volcano Job research/mpi-bench, PyTorchJob"
+        " research/llama-pretrain, KAI PodGroup vision/pg-resnet-train-0c4e; evicted still running at the"
+        " bound: Job team-a/bert-finetune (Kueue), Job team-b/nightly-eval",
+        "drained gpu02: cordoned by gpubring; no workload wait",
+        "would drain gpu03 (check mode): cordoned by gpubring; would wait for PyTorchJob"
+        " research/llama-pretrain",
+    ]
+    lines = out.getvalue().splitlines()
+    assert [line for line in lines if "drain" in line] == expected  # one line each, never wrapped
+    report.write(built, folder)
+    result = CliRunner().invoke(app, ["runs", str(tmp_path), "last"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.output.splitlines() if "drain" in line] == expected

@@ -18,9 +18,9 @@ START = datetime(2026, 3, 1, 9, 30, 0, tzinfo=UTC)
 def _state(fixture: str, *, cancel: bool = False) -> events.RunState:
     state = events.RunState()
     for raw in events.load_events((FIXTURES / "events" / fixture).read_text().splitlines()):
-        parsed = events.parse(raw)
-        if parsed is not None and not (cancel and isinstance(parsed, events.PlaybookStats)):
-            state.apply(parsed)
+        for parsed in events.parse_all(raw):
+            if not (cancel and isinstance(parsed, events.PlaybookStats)):
+                state.apply(parsed)
     if cancel:
         state.apply(events.Cancelled("SIGTERM received"))
     return state
@@ -44,7 +44,8 @@ def _meta(folder: Path) -> report.RunMeta:
 
 
 @pytest.mark.parametrize(
-    ("fixture", "cancel"), [("mixed.jsonl", False), ("mixed.jsonl", True), ("acceptance.jsonl", False)]
+    ("fixture", "cancel"),
+    [("mixed.jsonl", False), ("mixed.jsonl", True), ("acceptance.jsonl", False), ("drain.jsonl", False)],
 )
 def test_the_report_reads_back_as_it_was_written(fixture: str, cancel: bool, tmp_path: Path) -> None:
     built = report.RunReport.of(_state(fixture, cancel=cancel), _meta(tmp_path))
@@ -90,3 +91,43 @@ def test_an_old_or_partial_report_reads_with_defaults() -> None:
     assert old.stopped_at is None and old.cancel_wait is None
     assert old.exit_code is None and old.duration_s == 0 and old.run_folder == ""
     assert report.RunReport.from_json({}).status == "?"
+
+
+def test_the_drains_reach_report_json_and_read_back(tmp_path: Path) -> None:
+    """Issue 21 item 14: each drained host's node_drain_report (tests/fixtures/events/drain.jsonl) is in
+    report.json's `drains`, after `hardware`, and reads back as it was written."""
+    built = report.RunReport.of(_state("drain.jsonl"), _meta(tmp_path))
+    data = built.to_json()
+    assert list(data).index("drains") == list(data).index("hardware") + 1
+    assert data["drains"] == {
+        "gpu01": {
+            "cordoned_by": "operator",
+            "operator_cordon_kept": True,
+            "waited_for": [
+                "Job team-a/bert-finetune (Kueue)",
+                "Job team-b/nightly-eval",
+                "Kueue pod group team-c/sweep",
+                "Volcano Job research/mpi-bench",
+                "PyTorchJob research/llama-pretrain",
+                "KAI PodGroup vision/pg-resnet-train-0c4e",
+            ],
+            "waited_seconds": 3600,
+            "still_running_at_bound": ["Job team-a/bert-finetune (Kueue)", "Job team-b/nightly-eval"],
+            "drained": True,
+        },
+        "gpu02": {
+            "cordoned_by": "gpubring",
+            "operator_cordon_kept": False,
+            "waited_for": [],
+            "waited_seconds": 0,
+            "still_running_at_bound": [],
+            "drained": True,
+        },
+    }
+    back = report.RunReport.from_json(json.loads(report.dumps(built)))
+    assert back.drains == built.drains and back.drains["gpu01"].host == "gpu01"
+    # A run that drained nothing says so with an empty mapping; an older report.json has none.
+    assert report.RunReport.of(_state("mixed.jsonl"), _meta(tmp_path)).to_json()["drains"] == {}
+    assert report.RunReport.from_json({"drains": {"gpu01": "bad", "gpu02": {}}}).drains == {
+        "gpu02": events.DrainReport("gpu02")
+    }

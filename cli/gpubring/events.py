@@ -104,6 +104,35 @@ class RebootState:
 
 
 @dataclass(frozen=True)
+class DrainReport:
+    """What the node_drain role (roles/node_drain/tasks/drain.yml) published for a host it drained, its
+    `node_drain_report` fact: who cordoned the node (`gpubring`, or `operator`: that cordon was kept
+    and no uncordon of gpubring's undoes it), the Jobs and gang workloads a GPU-aware drain waited for
+    (node_drain_wait_for_workloads) and for how many seconds, those still running at the bound
+    (node_drain_workload_timeout_action: drain evicted them), and whether it drained (false in check
+    mode: it only said what it would do)."""
+
+    host: str
+    cordoned_by: str = ""
+    operator_cordon_kept: bool = False
+    waited_for: tuple[str, ...] = ()
+    waited_seconds: int = 0
+    still_running_at_bound: tuple[str, ...] = ()
+    drained: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """As report.json's `drains` holds it (the host is the key there)."""
+        return {
+            "cordoned_by": self.cordoned_by,
+            "operator_cordon_kept": self.operator_cordon_kept,
+            "waited_for": list(self.waited_for),
+            "waited_seconds": self.waited_seconds,
+            "still_running_at_bound": list(self.still_running_at_bound),
+            "drained": self.drained,
+        }
+
+
+@dataclass(frozen=True)
 class AcceptanceCheck:
     """One check of a node's acceptance that did not pass: its name and why (None: no reason given)."""
 
@@ -208,6 +237,7 @@ Event = (
     | PlaybookStats
     | HardwareSummary
     | RebootState
+    | DrainReport
     | AcceptanceVerdict
     | Cancelled
     | CancelWait
@@ -336,7 +366,7 @@ def hardware_summary(event: Mapping[str, Any]) -> HardwareSummary | None:
 
 def _result_facts(event: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
     """(host, the facts a set_fact published) of a successful result, or None: how the preflight
-    summary, the reboot verdict and the acceptance verdict reach gpubring."""
+    summary, the reboot verdict, the drain report and the acceptance verdict reach gpubring."""
     if event.get("event") != "runner_on_ok":
         return None
     data = event.get("event_data") or {}
@@ -371,6 +401,45 @@ def reboot_state(event: Mapping[str, Any]) -> RebootState | None:
         pending=_texts(facts.get(REBOOT_PENDING_FACT)),
         because=_text(facts.get(REBOOT_BECAUSE_FACT)).strip(),
     )
+
+
+DRAIN_REPORT_FACT = "node_drain_report"
+
+
+def _flag(value: Any) -> bool:
+    # A fact templated as text by an older Ansible says "True"/"False".
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes"))
+
+
+def _seconds(value: Any) -> int:
+    try:
+        return max(int(value), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def drain_from(host: str, report: Mapping[str, Any]) -> DrainReport:
+    """A DrainReport from the role's `node_drain_report` (or report.json's `drains` entry): what
+    lacks or has the wrong type takes the default."""
+    return DrainReport(
+        host=host,
+        cordoned_by=_text(report.get("cordoned_by")).strip(),
+        operator_cordon_kept=_flag(report.get("operator_cordon_kept")),
+        waited_for=_texts(report.get("waited_for")),
+        waited_seconds=_seconds(report.get("waited_seconds")),
+        still_running_at_bound=_texts(report.get("still_running_at_bound")),
+        drained=_flag(report.get("drained")),
+    )
+
+
+def drain_report(event: Mapping[str, Any]) -> DrainReport | None:
+    """The node_drain role's report for a host that a result carries (its set_fact of
+    `node_drain_report`), or None. Like the reboot verdict, it arrives with the result."""
+    found = _result_facts(event)
+    fact = found[1].get(DRAIN_REPORT_FACT) if found else None
+    if found is None or not isinstance(fact, Mapping):
+        return None
+    return drain_from(found[0], fact)
 
 
 ACCEPTANCE_FACT = "gpu_acceptance_result"
@@ -435,13 +504,14 @@ def package_wait(event: Mapping[str, Any]) -> PackageWait | None:
 
 
 def parse_all(event: Mapping[str, Any]) -> list[Event]:
-    """`parse()`'s event, then the hardware summary, the reboot verdict and the acceptance verdict the
-    same result carries."""
+    """`parse()`'s event, then the hardware summary, the reboot verdict, the drain report and the
+    acceptance verdict the same result carries."""
     parsed = parse(event)
     summary = hardware_summary(event)
     reboot = reboot_state(event)
+    drain = drain_report(event)
     acceptance = acceptance_verdict(event)
-    return [e for e in (parsed, summary, reboot, acceptance) if e is not None]
+    return [e for e in (parsed, summary, reboot, drain, acceptance) if e is not None]
 
 
 def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -632,6 +702,8 @@ class RunState:
     rebooted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # host -> (the reasons of a reboot not done, why not).
     reboot_pending: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    # host -> what node_drain said of its drain (the last drain of the run: upgrade batches may drain twice).
+    drains: dict[str, DrainReport] = field(default_factory=dict)
     # host -> its gpu_acceptance verdict and admission, merged over the results that carried them.
     acceptance: dict[str, AcceptanceVerdict] = field(default_factory=dict)
     # The wait after a cancel for the package work of the hosts that had a task in flight.
@@ -682,6 +754,9 @@ class RunState:
             self.hardware[event.host] = event.summary
         elif isinstance(event, RebootState):
             self._reboot(event)
+        elif isinstance(event, DrainReport):
+            # The last word wins: a node drained again later in the run says what that drain did.
+            self.drains[event.host] = event
         elif isinstance(event, AcceptanceVerdict):
             self._acceptance(event)
 

@@ -1,7 +1,7 @@
 """The run report: one JSON document per run, written to <run folder>/report.json (and --json PATH).
 
 Built from the same RunState the live view shows, as a typed RunReport (frozen dataclasses: per-host
-HostCounts, Failures, where a cancelled run stopped, reboots, acceptance verdicts); `to_json()` gives
+HostCounts, Failures, where a cancelled run stopped, drains, reboots, acceptance verdicts); `to_json()` gives
 the document written to disk and `RunReport.from_json()` reads one back, an older one with missing
 fields included (`gpubring runs`). Fields (REPORT_FIELDS) and their meaning:
 
@@ -27,6 +27,12 @@ fields included (`gpubring runs`). Fields (REPORT_FIELDS) and their meaning:
   `--skip-tags y`); empty for a full run;
 - hardware: {host: preflight_summary} for each host preflight read (GPUs, NVSwitches, RDMA NICs,
   NUMA, IOMMU, Secure Boot, ...), empty when preflight did not run;
+- drains: {host: {"cordoned_by": "gpubring" | "operator", "operator_cordon_kept": bool, "waited_for":
+  [workload, ...], "waited_seconds": int, "still_running_at_bound": [workload, ...], "drained": bool}}
+  for each host the node_drain role drained (its `node_drain_report`; the last drain of the run when
+  one drained a host twice): who cordoned it (an operator's cordon is kept), the Jobs and gang
+  workloads a GPU-aware drain waited for and how long, those evicted still running at the bound;
+  `drained` is false in check mode (what it would do); empty when nothing was drained;
 - rebooted: {host: [reason, ...]} for each host the reboot play (roles/reboot) rebooted and verified;
 - reboot_pending: {host: {"reasons": [...], "because": "gpubring_reboot_allowed is false"}} for each host
   that needs a reboot the run did not do (not allowed, a role's own setting, check mode);
@@ -50,7 +56,15 @@ from pathlib import Path
 from typing import Any
 
 from gpubring import __version__
-from gpubring.events import AcceptanceCheck, AcceptanceVerdict, Failure, HostCounts, RunState
+from gpubring.events import (
+    AcceptanceCheck,
+    AcceptanceVerdict,
+    DrainReport,
+    Failure,
+    HostCounts,
+    RunState,
+    drain_from,
+)
 from gpubring.exitcodes import ExitCode
 from gpubring.runstore import REPORT_NAME, write_private
 
@@ -78,6 +92,7 @@ REPORT_FIELDS = (
     "check",
     "partial",
     "hardware",
+    "drains",
     "rebooted",
     "reboot_pending",
     "acceptance",
@@ -192,6 +207,7 @@ class RunReport:
     check: bool = False
     partial: tuple[str, ...] = ()
     hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    drains: Mapping[str, DrainReport] = field(default_factory=dict)
     rebooted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     reboot_pending: Mapping[str, RebootPending] = field(default_factory=dict)
     acceptance: Mapping[str, AcceptanceVerdict] = field(default_factory=dict)
@@ -228,6 +244,7 @@ class RunReport:
             check=bool(meta.options.get("check", False)),
             partial=tuple(meta.partial),
             hardware={host: dict(summary) for host, summary in sorted(state.hardware.items())},
+            drains=dict(sorted(state.drains.items())),
             rebooted={host: tuple(reasons) for host, reasons in sorted(state.rebooted.items())},
             reboot_pending={
                 host: RebootPending(tuple(reasons), because)
@@ -283,6 +300,7 @@ class RunReport:
             "check": self.check,
             "partial": list(self.partial),
             "hardware": {host: dict(summary) for host, summary in self.hardware.items()},
+            "drains": {host: drain.as_dict() for host, drain in self.drains.items()},
             "rebooted": {host: list(reasons) for host, reasons in self.rebooted.items()},
             "reboot_pending": {
                 host: {"reasons": list(pending.reasons), "because": pending.because}
@@ -347,6 +365,11 @@ class RunReport:
                 str(host): summary
                 for host, summary in _mapping(data.get("hardware")).items()
                 if isinstance(summary, Mapping)
+            },
+            drains={
+                str(host): drain_from(str(host), entry)
+                for host, entry in _mapping(data.get("drains")).items()
+                if isinstance(entry, Mapping)
             },
             rebooted={
                 str(host): tuple(str(r) for r in reasons or ())

@@ -42,7 +42,7 @@ from gpubring.events import (
 )
 
 if TYPE_CHECKING:
-    from gpubring.events import AcceptanceCheck, HostCounts
+    from gpubring.events import AcceptanceCheck, DrainReport, HostCounts
     from gpubring.report import RunReport
 
 COUNT_COLUMNS = ("ok", "changed", "failed", "unreachable", "skipped")
@@ -128,6 +128,32 @@ def hardware_lines(hardware: Mapping[str, Mapping[str, Any]]) -> list[Text]:
 
 def _hosts_with_reasons(items: Sequence[tuple[str, Sequence[str]]]) -> str:
     return ", ".join(f"{host} ({'; '.join(str(r) for r in reasons)})" for host, reasons in items)
+
+
+def drain_line(host: str, drain: DrainReport) -> Text:
+    """One drained host: `drained gpu01: operator's cordon kept; waited 3600 s for Job a/x, PyTorchJob
+    b/y; evicted still running at the bound: Job a/x`, or `drained gpu02: cordoned by gpubring; no
+    workload wait`; in check mode `would drain gpu03 (check mode): ...; would wait for ...`."""
+    head = f"drained {host}" if drain.drained else f"would drain {host} (check mode)"
+    if drain.operator_cordon_kept or drain.cordoned_by == "operator":
+        parts = ["operator's cordon kept"]
+    else:
+        parts = [f"cordoned by {drain.cordoned_by or 'gpubring'}"]
+    waited = ", ".join(drain.waited_for)
+    if not drain.waited_for:
+        parts.append("no workload wait")
+    elif drain.drained:
+        parts.append(f"waited {drain.waited_seconds} s for {waited}")
+    else:
+        parts.append(f"would wait for {waited}")
+    if drain.still_running_at_bound:
+        parts.append(f"evicted still running at the bound: {', '.join(drain.still_running_at_bound)}")
+    return Text(f"{head}: {'; '.join(parts)}", style="yellow" if drain.still_running_at_bound else "")
+
+
+def drain_lines(report: RunReport) -> list[Text]:
+    """One line per host the node_drain role drained (report.drains), by host."""
+    return [drain_line(host, drain) for host, drain in report.drains.items()]
 
 
 def reboot_lines(report: RunReport) -> list[Text]:
@@ -469,7 +495,7 @@ def summary_table(stats: Mapping[str, HostCounts]) -> Table:
 
 def summary(console: Console, report: RunReport) -> None:
     """Print the summary of a run report: per-host table, failures, where it stopped and what the wait
-    after the cancel found, the reboots done and pending, the GPU nodes' acceptance verdicts, the
+    after the cancel found, the drains, the reboots done and pending, the GPU nodes' acceptance verdicts, the
     verdict."""
     if report.stats:
         console.print(summary_table(report.stats))
@@ -506,6 +532,9 @@ def summary(console: Console, report: RunReport) -> None:
             console.print(Text(f"  {host}: {state} {task_label(last.task, last.role)}"))
     for wait_line in cancel_wait_lines(report.cancel_wait):
         console.print(wait_line, soft_wrap=True)
+    for drain_text in drain_lines(report):
+        # One line each however long, so that `grep 'drained gpu01'` finds all it says.
+        console.print(drain_text, soft_wrap=True)
     for reboot_line in reboot_lines(report):
         console.print(reboot_line)
     for acceptance_line in acceptance_lines(report):
