@@ -34,6 +34,7 @@ def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path
         "gpubring/project/settings.yml",
         "gpubring/project/galaxy.yml",
         "gpubring/lab/vars.yml",  # the lab's variables: package data, read at `lab up`
+        "gpubring/conformance_checklists.yml",  # the AI Conformance checklists, read by verify --report
     ):
         assert shipped in names, shipped
 
