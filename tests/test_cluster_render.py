@@ -3,8 +3,8 @@
 kubeadm, kubelet, an API server, pkgs.k8s.io and the charts' repositories cannot be reached from the
 build machines, so the cluster roles (kubernetes_packages, kubeadm_control_plane, kubeadm_join, cni,
 node_labels) are checked here by what they render, from the sample inventory (inventories/prod) and
-variants of it (one control plane without an endpoint; HA with kube-vip; Kubernetes 1.30, which
-takes the kubeadm v1beta3 API; Cilium; Flannel):
+variants of it (one control plane without an endpoint; HA with kube-vip; Kubernetes 1.30 with the
+older GPU Operator and Helm whose ranges admit it, which takes the kubeadm v1beta3 API; Cilium; Flannel):
 
 - templates render with gpubring.releases.render_template (Ansible's template lookup in-process, with
   the variables VariableManager gives a play of the cluster roles), and once with ansible-playbook,
@@ -29,7 +29,7 @@ import re
 import shlex
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ import yaml
 from packaging.version import Version
 
 from _render import run_play, schema_version
-from gpubring import paths, releases
+from gpubring import paths, releases, versions
 from gpubring.inventory import Inventory, InventoryError, load_inventory
 from helpers import REPO, ansible_playbook
 
@@ -47,6 +47,20 @@ SAMPLE = REPO / "inventories" / "prod"
 ROLES = REPO / "roles"
 CLUSTER_ROLES = ("kubernetes_packages", "kubeadm_control_plane", "kubeadm_join", "cni", "node_labels")
 NODE_PLAYBOOKS = ("node_add.yml", "node_remove.yml", "reset.yml")
+
+# Kubernetes below 1.31 takes kubeadm's v1beta3 API (v1beta4 came with 1.31, cited in the templates).
+# versions.yml's pins refuse it (the GPU Operator's and Helm's ranges start at 1.33), but a site that pins
+# the previous GPU Operator line and an older Helm, with their upstream ranges, validates at 1.30; 1.30 is
+# the lowest Kubernetes that matrix admits (test_v1beta3_stays_reachable_with_an_older_gpu_operator_...).
+OLDER_MATRIX = (
+    "gpubring_versions:\n"
+    '  kubernetes: {version: "1.30.14"}\n'
+    # NVIDIA/cloud-native-docs gpu-operator/platform-support.rst at gpu-operator-v25.10: Kubernetes
+    # 1.30---1.34 (versions.yml's range for v25.10.0 before issue 22; v25.10.0 is a line of its upgrade hops)
+    '  gpu_operator: {chart: v25.10.0, kubernetes_min: "1.30", kubernetes_max: "1.34"}\n'
+    # helm.sh/docs/v3/topics/version_skew, its table: "3.18.x | 1.33.x - 1.30.x"
+    '  helm: {version: "3.18.6", kubernetes_min: "1.30", kubernetes_max: "1.33"}\n'
+)
 
 # Templates, under roles/.
 KUBEADM_CONFIG = "kubeadm_control_plane/templates/etc/kubernetes/kubeadm/kubeadm-config.yaml.j2"
@@ -152,8 +166,8 @@ def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory
         "k8s-1.30": variant(
             "k8s-1.30",
             {
-                "group_vars/all/versions.yml": 'gpubring_versions:\n  kubernetes:\n    version: "1.30.14"\n',
-                # Calico 3.30 is not tested on 1.30 (versions.yml's calico rule); flannel supports 1.17+.
+                "group_vars/all/versions.yml": OLDER_MATRIX,
+                # Calico is not tested on 1.30 (versions.yml's calico rule); flannel supports 1.17+.
                 "group_vars/all/cni.yml": "gpubring_cni: flannel\n",
                 "group_vars/all/kubeadm.yml": (
                     "kubeadm_control_plane_apiserver_extra_args: {audit-log-maxage: 30}\n"
@@ -229,7 +243,8 @@ def test_sample_kubeadm_config(inventories: dict[str, Inventory]) -> None:
     inv = inventories["prod"]
     cfg = kubeadm_config(inv)
     init, cluster = cfg["InitConfiguration"], cfg["ClusterConfiguration"]
-    assert inv.versions["kubernetes"]["version"] == "1.34.2"
+    pin = str(versions.load_pinned()["kubernetes"]["version"])
+    assert inv.versions["kubernetes"]["version"] == pin
     assert {init["apiVersion"], cluster["apiVersion"]} == {"kubeadm.k8s.io/v1beta4"}
     assert cluster["controlPlaneEndpoint"] == "192.0.2.10:6443"
     assert cluster["networking"] == {
@@ -238,7 +253,7 @@ def test_sample_kubeadm_config(inventories: dict[str, Inventory]) -> None:
         "dnsDomain": "cluster.local",
     }
     assert cluster["clusterName"] == "prod-gpu"
-    assert cluster["kubernetesVersion"] == "v1.34.2"
+    assert cluster["kubernetesVersion"] == f"v{pin}"
     assert cluster["apiServer"]["certSANs"] == ["192.0.2.10"]
     assert cluster["apiServer"]["extraArgs"] == []  # v1beta4: a list of {name, value}
     assert init["localAPIEndpoint"] == {"advertiseAddress": "192.0.2.11", "bindPort": 6443}
@@ -307,6 +322,76 @@ def test_kubernetes_1_30_takes_kubeadm_v1beta3(inventories: dict[str, Inventory]
     assert kubeadm_config(same_flags)["ClusterConfiguration"]["apiServer"]["extraArgs"] == [
         {"name": "audit-log-maxage", "value": "30"}
     ]
+
+
+def _refusals(root: Path) -> list[str]:
+    """The version problems `gpubring check` reports for an inventory (none: it validates)."""
+    try:
+        load_inventory(root)
+    except InventoryError as exc:
+        return [str(p) for p in exc.problems]
+    return []
+
+
+def test_below_1_33_the_pins_refuse_and_their_lowest_kubernetes_takes_v1beta4(
+    make_inventory: Callable[..., Path],
+) -> None:
+    """versions.yml's pins admit no Kubernetes below the GPU Operator's range (the GPU Operator is
+    always there: gpu-operator-kubernetes-range has no `when`), nor below Helm's; the lowest minor they
+    admit renders kubeadm.k8s.io/v1beta4 in both templates."""
+    rules = {rule.id: rule for rule in versions.load_rules()}
+    assert not rules["gpu-operator-kubernetes-range"].when and not rules["helm-kubernetes-range"].when
+    pinned = versions.load_pinned()
+    low = str(pinned["gpu_operator"]["kubernetes_min"])
+    assert Version(low) >= Version("1.31"), "the pins admit a v1beta3 Kubernetes: see OLDER_MATRIX"
+    assert Version(str(pinned["helm"]["kubernetes_min"])) >= Version("1.31")
+    below = f"{Version(low).major}.{Version(low).minor - 1}.9"
+    refused = _refusals(
+        make_inventory(
+            {"group_vars/all/versions.yml": f"gpubring_versions: {{kubernetes: {{version: '{below}'}}}}\n"}
+        )
+    )
+    assert any(
+        f"got {below} (rule gpu-operator-kubernetes-range:" in p
+        and f">= {low} (gpu_operator.kubernetes_min" in p
+        for p in refused
+    ), refused
+    assert any(f"got {below} (rule helm-kubernetes-range:" in p for p in refused), refused
+    assert all(
+        p.startswith("group_vars/all/versions.yml: gpubring_versions.kubernetes.version:") for p in refused
+    )
+    lowest = make_inventory(
+        {
+            "group_vars/all/versions.yml": f"gpubring_versions: {{kubernetes: {{version: '{low}.0'}}}}\n",
+            "group_vars/all/cni.yml": "gpubring_cni: flannel\n",  # Calico's range starts higher
+        }
+    )
+    inv = load_inventory(lowest)
+    cfg = kubeadm_config(inv)
+    assert {cfg["InitConfiguration"]["apiVersion"], cfg["ClusterConfiguration"]["apiVersion"]} == {
+        "kubeadm.k8s.io/v1beta4"
+    }
+    (join,) = docs(render(inv, "gpu-1", JOIN_CONFIG, {"kubeadm_join_control_plane": False}))
+    assert join["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+
+
+def test_v1beta3_stays_reachable_with_an_older_gpu_operator_and_helm(
+    inventories: dict[str, Inventory], make_inventory: Callable[..., Path]
+) -> None:
+    """The v1beta3 branches stay reachable: with OLDER_MATRIX's GPU Operator and Helm (their upstream
+    ranges), Kubernetes 1.30 validates (the k8s-1.30 variant, loaded by the fixture) and 1.29 is refused
+    by both rules: 1.30 is the lowest Kubernetes that matrix admits, and it takes v1beta3
+    (test_kubernetes_1_30_takes_kubeadm_v1beta3, test_join_configuration)."""
+    assert inventories["k8s-1.30"].versions["kubernetes"]["version"] == "1.30.14"
+    files = {
+        "group_vars/all/versions.yml": OLDER_MATRIX.replace('"1.30.14"', '"1.29.15"'),
+        "group_vars/all/cni.yml": "gpubring_cni: flannel\n",
+    }
+    refused = _refusals(make_inventory(files))
+    assert {re.sub(r".*\(rule ([a-z0-9-]+):.*", r"\1", p) for p in refused} == {
+        "gpu-operator-kubernetes-range",
+        "helm-kubernetes-range",
+    }, refused
 
 
 @pytest.mark.parametrize("variant", ["prod", "single", "kube-vip", "k8s-1.30"])
@@ -685,12 +770,13 @@ def test_flannel_gets_the_pod_cidr(inventories: dict[str, Inventory]) -> None:
     assert config["data"]["cni-conf.json"] == upstream[2]["data"]["cni-conf.json"]
     assert [o for i, o in enumerate(objects) if i != 2] == [o for i, o in enumerate(upstream) if i != 2]
     url = releases.host_variables(inv, "cp-1", ("cni",))["cni_flannel_manifest_url"]
-    assert url == "https://github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml"
+    flannel = versions.load_pinned()["cni"]["flannel"]
+    assert url == f"https://github.com/flannel-io/flannel/releases/download/v{flannel}/kube-flannel.yml"
     mirrored = _with_host_vars(
         inv, "cp-1", {"gpubring_binary_mirror": "https://mirror.example.internal/bin/"}
     )
     assert releases.host_variables(mirrored, "cp-1", ("cni",))["cni_flannel_manifest_url"] == (
-        "https://mirror.example.internal/bin/flannel/v0.27.4/kube-flannel.yml"
+        f"https://mirror.example.internal/bin/flannel/v{flannel}/kube-flannel.yml"
     )
 
 
