@@ -1,6 +1,8 @@
 """Time `gpubring upgrade INVENTORY --check` (the plan; no host reached) on a generated inventory whose
-record says every node runs the previous Kubernetes minor release and the previous driver, so every
-node is planned and drained. Prints wall time, peak RSS and the plan's size; asserts nothing.
+record says every node runs the previous Kubernetes minor release and an older driver, so every
+node is planned and drained. The inventory lists the cluster phase as check-only, so `--check` does not
+read kubeadm's own plan on its (made-up) first control plane. Prints wall time, peak RSS and the plan's
+size; asserts nothing.
 
 Usage: .venv/bin/python benchmarks/upgrade_plan_scale.py [--nodes 1000] [--runs 3]
 Target (issue 13): <= 5 s at 1,000 nodes.
@@ -22,12 +24,16 @@ from plan_scale import gpubring, write_inventory
 
 
 def write_record(folder: Path) -> int:
-    """installed.json: every host one minor release of Kubernetes behind the pin (1.34.2 -> 1.33.5)."""
+    """installed.json: every host one minor release of Kubernetes behind the pin (1.35.9 -> 1.34.0)."""
+    from gpubring.versions import load_pinned
+
+    major, minor = load_pinned()["kubernetes"]["version"].split(".")[:2]
+    previous = f"{major}.{int(minor) - 1}.0"
     hosts: dict[str, dict[str, str]] = {}
     for line in (folder / "hosts.yml").read_text().splitlines():
         name = line.strip().rstrip(":")
         if line.startswith("        ") and not line.startswith("          ") and name:
-            hosts[name] = {"kubernetes": "1.33.5", "nvidia_driver": "580.82.07"}
+            hosts[name] = {"kubernetes": previous, "nvidia_driver": "580.0.0"}
     record = folder / ".gpubring" / "installed.json"
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps({"format": 1, "hosts": hosts, "releases": {}, "runs": {}}))
@@ -44,6 +50,10 @@ def main() -> None:
             folder = Path(tmp) / f"inv-{nodes}"
             folder.mkdir()
             write_inventory(folder, nodes)
+            (folder / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+            (folder / "group_vars" / "all" / "zz-bench-phases.yml").write_text(
+                "gpubring_phases: [preflight, host]\ngpubring_phases_check_only: [cluster, platform]\n"
+            )
             recorded = write_record(folder)
             times = []
             for _ in range(args.runs):
