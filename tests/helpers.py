@@ -126,3 +126,21 @@ def unreachable_kubeconfig(folder: Path) -> Path:
         )
     )
     return path
+
+
+def localhost_inventory(folder: Path, groups: Sequence[str] = ("control_plane",)) -> Path:
+    """hosts.yml in `folder`: this machine as `localhost` (local connection, this Python) in `groups`,
+    for a play that runs a role's tasks here as they run on a host of those groups."""
+    inventory = folder / "hosts.yml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "hosts": {"localhost": {"ansible_connection": "local"}},
+                    "vars": {"ansible_python_interpreter": sys.executable},
+                    "children": {group: {"hosts": {"localhost": {}}} for group in groups},
+                }
+            }
+        )
+    )
+    return inventory

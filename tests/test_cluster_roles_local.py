@@ -11,14 +11,13 @@ that has the cluster's admin kubeconfig (its API server address answers nothing 
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from helpers import BIN, ansible_playbook, unreachable_kubeconfig
+from helpers import BIN, ansible_playbook, localhost_inventory, unreachable_kubeconfig
 
 pytestmark = pytest.mark.skipif(
     shutil.which("ansible-playbook", path=str(BIN)) is None, reason="no ansible-playbook in the venv"
@@ -33,18 +32,7 @@ def _play(
     groups: tuple[str, ...] = ("control_plane",),
 ) -> tuple[int, str]:
     """One play on localhost (this machine, as it is, in `groups`) that includes `role` with `role_vars`."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "vars": {"ansible_python_interpreter": sys.executable},
-                    "children": {group: {"hosts": {"localhost": {}}} for group in groups},
-                }
-            }
-        )
-    )
+    inventory = localhost_inventory(tmp_path, groups)
     play = [
         {
             "name": f"Run {role} here",

@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import pytest
 import yaml
 
 from etcd_cluster import ETCD, ETCDCTL, Cluster, make_cluster
-from helpers import BIN, ansible_playbook
+from helpers import BIN, ansible_playbook, localhost_inventory
 
 pytestmark = [
     pytest.mark.skipif(
@@ -57,18 +56,7 @@ def run_steps(tmp_path: Path, cluster: Cluster, steps: list[Step]) -> tuple[list
     """One ansible-playbook run on localhost (a control plane) that includes kubeadm_control_plane's
     entry points one after the other, each in a block whose failure is recorded (not fatal), and
     returns per step: ok, the failure message, and the facts the entry point set."""
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "vars": {"ansible_python_interpreter": sys.executable},
-                    "children": {"control_plane": {"hosts": {"localhost": {}}}},
-                }
-            }
-        )
-    )
+    inventory = localhost_inventory(tmp_path)
     report = tmp_path / "steps.json"
     seen = (
         "{'gone': __kubeadm_control_plane_etcd_member_gone | default(None),"

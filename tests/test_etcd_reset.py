@@ -13,14 +13,13 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from helpers import BIN, REPO, ansible_playbook
+from helpers import BIN, REPO, ansible_playbook, localhost_inventory
 
 needs_ansible = pytest.mark.skipif(
     shutil.which("ansible-playbook", path=str(BIN)) is None, reason="no ansible-playbook in the venv"
@@ -28,18 +27,7 @@ needs_ansible = pytest.mark.skipif(
 
 
 def _reset_check_mode(tmp_path: Path, role_vars: dict[str, Any]) -> tuple[int, str]:
-    inventory = tmp_path / "hosts.yml"
-    inventory.write_text(
-        yaml.safe_dump(
-            {
-                "all": {
-                    "hosts": {"localhost": {"ansible_connection": "local"}},
-                    "vars": {"ansible_python_interpreter": sys.executable},
-                    "children": {"control_plane": {"hosts": {"localhost": {}}}},
-                }
-            }
-        )
-    )
+    inventory = localhost_inventory(tmp_path)
     play = [
         {
             "name": "kubeadm_join reset of a control plane, check mode",
