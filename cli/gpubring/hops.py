@@ -22,8 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpubring import catalog, paths, yamlfile
-from gpubring.versions import parse_version
+from gpubring import catalog, paths
+from gpubring.versions import parse_version, read_section
 
 HOPS_KEY = "gpubring_upgrade_hops"
 GPUBRING_CRDS = (
@@ -87,14 +87,10 @@ def _line(version: str) -> tuple[int, ...] | None:
 
 def load_rules(file: Path | None = None) -> dict[str, HopRule]:
     """Release name -> its hop rule, from versions.yml's gpubring_upgrade_hops."""
-    file = file or paths.versions_file()
     try:
-        data = yamlfile.read(file, "versions.yml")
-    except yamlfile.YamlError as exc:
-        raise HopsError(str(exc.problem)) from None
-    section = data.get(HOPS_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(section, Mapping):
-        raise HopsError(f"versions.yml: {HOPS_KEY}: expected a mapping")
+        section = read_section(HOPS_KEY, file)
+    except ValueError as exc:
+        raise HopsError(str(exc)) from None
     out: dict[str, HopRule] = {}
     for key, raw in section.items():
         where = f"versions.yml: {HOPS_KEY}.{key}"

@@ -18,8 +18,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
-from gpubring import paths, yamlfile
-from gpubring.versions import get_path, parse_version
+from gpubring.versions import get_path, parse_version, read_section
 
 WINDOWS_KEY = "gpubring_support_windows"
 TODAY_ENV = "GPUBRING_TODAY"
@@ -72,14 +71,10 @@ def _date(value: Any, where: str) -> date | None:
 
 def load_windows(file: Path | None = None) -> dict[str, dict[str, Window]]:
     """{"kubernetes": {"1.34": Window}, "nvidia_driver": {"580": Window}} from versions.yml."""
-    file = file or paths.versions_file()
     try:
-        data = yamlfile.read(file, "versions.yml")
-    except yamlfile.YamlError as exc:
-        raise SupportError(str(exc.problem)) from None
-    section = data.get(WINDOWS_KEY) if isinstance(data, Mapping) else None
-    if not isinstance(section, Mapping):
-        raise SupportError(f"versions.yml: {WINDOWS_KEY}: expected a mapping")
+        section = read_section(WINDOWS_KEY, file)
+    except ValueError as exc:
+        raise SupportError(str(exc)) from None
     out: dict[str, dict[str, Window]] = {}
     for kind, sub, label in (
         ("kubernetes", "minors", "Kubernetes {}"),

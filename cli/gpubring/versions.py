@@ -95,6 +95,20 @@ def load_file(file: Path | None = None) -> tuple[dict[str, Any], tuple[Rule, ...
     return copy.deepcopy(pinned), rules
 
 
+def read_section(key: str, file: Path | None = None) -> Mapping[str, Any]:
+    """versions.yml's top-level `key` (a mapping: the support windows, the upgrade hops); ValueError
+    naming the file and key when it cannot be read or is not a mapping."""
+    file = file or paths.versions_file()
+    try:
+        data = yamlfile.read(file, "versions.yml")
+    except yamlfile.YamlError as exc:
+        raise ValueError(str(exc.problem)) from None
+    section = data.get(key) if isinstance(data, Mapping) else None
+    if not isinstance(section, Mapping):
+        raise ValueError(f"versions.yml: {key}: expected a mapping")
+    return section
+
+
 def load_pinned(file: Path | None = None) -> dict[str, Any]:
     return load_file(file)[0]
 
