@@ -69,6 +69,13 @@ def snapshot_dest(root: Path, now: datetime.datetime | None = None) -> Path:
     return (root / SNAPSHOT_DIR / f"etcd-{stamp}.db").resolve()
 
 
+def snapshot_plan_line(inventory: Path, snapshot: bool, then: str = "") -> str:
+    """The plan's line about the etcd snapshot a verb takes first (reset, upgrade), or its --no-snapshot."""
+    if not snapshot:
+        return "no etcd snapshot first (--no-snapshot)"
+    return f"first: an etcd snapshot to {inventory / SNAPSHOT_DIR} (gpubring etcd snapshot){then}"
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:

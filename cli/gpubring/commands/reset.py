@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpubring.commands._common import hold_run_lock
-from gpubring.commands.etcd import NoSnapshot
+from gpubring.commands.etcd import NoSnapshot, snapshot_plan_line
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
@@ -39,10 +39,7 @@ def _print_plan(inventory: Path, plan: ResetPlan, limit: str | None, *, snapshot
     typer.echo(f"gpubring reset {inventory} ({scope}): nothing is changed without --yes")
     if plan.control_planes:
         typer.echo(
-            f"first: an etcd snapshot to {inventory}/.gpubring/etcd-snapshots (gpubring etcd snapshot), "
-            "and the quorum guard again with etcd's live members"
-            if snapshot
-            else "no etcd snapshot first (--no-snapshot)"
+            snapshot_plan_line(inventory, snapshot, ", and the quorum guard again with etcd's live members")
         )
         typer.echo(
             "each control plane's etcd member is removed from the first control plane before its reset; "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from gpubring.commands._common import hold_run_lock
-from gpubring.commands.etcd import NoSnapshot
+from gpubring.commands.etcd import NoSnapshot, snapshot_plan_line, snapshot_step
 from gpubring.exitcodes import ExitCode
 from gpubring.options import InventoryArg, run_options
 from gpubring.runopts import RunOptions
@@ -60,11 +60,7 @@ def command(
             f"gpubring upgrade {inventory} --check: the plan; nothing is changed; "
             "with the cluster phase, the first control plane is read"
         )
-        typer.echo(
-            f"first: an etcd snapshot to {inventory}/.gpubring/etcd-snapshots (gpubring etcd snapshot)"
-            if not no_snapshot
-            else "no etcd snapshot first (--no-snapshot)"
-        )
+        typer.echo(snapshot_plan_line(inventory, not no_snapshot))
         for line in upgrade.plan_lines(plan):
             typer.echo(line)
         typer.echo(f"next: gpubring upgrade {inventory}")
@@ -103,8 +99,6 @@ def command(
     )
     # etcd snapshot first (issue 21 item 11): the restore point if the control planes' upgrade fails;
     # the steps stop at the first that fails, so a failed snapshot upgrades nothing.
-    from gpubring.commands.etcd import snapshot_step
-
     todo = [step] if no_snapshot else [snapshot_step(inv, "etcd snapshot before the upgrade"), step]
     outcome = steps.run_steps(
         inv, nodeops.runs(inv, todo, run, phases), run, title=f"gpubring upgrade {inventory}", phases=phases
