@@ -4,7 +4,7 @@ helpers, ansible_playbook among them, are in helpers.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +37,46 @@ def nearest_schema_version(pinned: str, available: list[str]) -> str:
 def schema_version(inv: Inventory) -> str:
     """The kubernetes-validate schema for the inventory's pinned Kubernetes."""
     return nearest_schema_version(inv.versions["kubernetes"]["version"], kv_utils.all_versions())
+
+
+def without_nulls(value: Any) -> Any:
+    """`value` without its null fields: a null in a typed object is an unset field to the API
+    server's decoder."""
+    if isinstance(value, Mapping):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_nulls(v) for v in value]
+    return value
+
+
+def validation_problems(
+    objects: Iterable[tuple[str, Mapping[str, Any]]],
+    schema: str,
+    label: Callable[[str, Mapping[str, Any]], str],
+) -> list[str]:
+    """Each rendered object ((where, object): "gpubring" or the chart's) held to the CRD of a pinned
+    release that serves it, else to Kubernetes' own schema of `schema`'s version; one line per problem,
+    led by `label(where, object)`."""
+    import kubernetes_validate
+
+    import upstream
+
+    crds = upstream.crds()
+    problems: list[str] = []
+    for where, obj in objects:
+        key = (str(obj.get("apiVersion")), str(obj.get("kind")))
+        if key in crds:
+            errors = upstream.crd_errors(obj)
+            if where != "gpubring":
+                # Helm (and the API server) drop metadata.namespace of a cluster-scoped object a chart
+                # names a namespace for; gpubring's own objects must get it right.
+                errors = [e for e in errors if not e.endswith("is cluster-scoped")]
+            problems += [f"{label(where, obj)}: {e}" for e in errors]
+            continue
+        try:
+            kubernetes_validate.validate(without_nulls(obj), schema, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{label(where, obj)}: {exc.message}")
+        except kubernetes_validate.SchemaNotFoundError:
+            problems.append(f"{label(where, obj)}: no CRD of a pinned release serves {key}")
+    return problems

@@ -25,12 +25,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
 import pytest
 import yaml
 
 import upstream
-from _render import schema_version
+from _render import schema_version, validation_problems
 from gpubring.catalog import declared_releases
 from gpubring.inventory import Inventory, load_inventory
 from gpubring.releases import Release, plan_releases
@@ -100,14 +99,6 @@ def rendered(name: str, release: Release) -> list[tuple[str, dict[str, Any]]]:
     return out + objects
 
 
-def without_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [without_nulls(v) for v in value]
-    return value
-
-
 def _release(name: str, release_name: str) -> Release:
     return next(r for r in plan(name)[1] if r.name == release_name)
 
@@ -127,25 +118,9 @@ def test_every_object_validates_at_the_pinned_versions(name: str, release_name: 
     inv, _ = plan(name)
     release = _release(name, release_name)
     schema = schema_version(inv)
-    crds = upstream.crds()
-    problems: list[str] = []
-    for where, obj in rendered(name, release):
-        key = (str(obj.get("apiVersion")), str(obj.get("kind")))
-        if key in crds:
-            errors = upstream.crd_errors(obj)
-            if where != "gpubring":
-                # Helm (and the API server) drop metadata.namespace of a cluster-scoped object a chart
-                # names a namespace for; gpubring's own objects must get it right.
-                errors = [e for e in errors if not e.endswith("is cluster-scoped")]
-            problems += [f"{_label(name, release, where, obj)}: {e}" for e in errors]
-            continue
-        try:
-            # A null in a typed object is an unset field to the API server's decoder.
-            kubernetes_validate.validate(without_nulls(obj), schema, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            problems.append(f"{_label(name, release, where, obj)}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError:
-            problems.append(f"{_label(name, release, where, obj)}: no CRD of a pinned release serves {key}")
+    problems = validation_problems(
+        rendered(name, release), schema, lambda where, obj: _label(name, release, where, obj)
+    )
     assert not problems, "\n".join(problems)
 
 

@@ -8,14 +8,11 @@ against the operator.tigera.io CRD of the pinned tag."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any
 
-import kubernetes_validate
 import pytest
 
 import upstream
-from _render import schema_version
+from _render import schema_version, validation_problems
 from gpubring.inventory import load_inventory
 from gpubring.releases import Release, host_variables, role_releases
 from helpers import REPO
@@ -27,14 +24,6 @@ def _release(choice: str) -> Release:
     inv = load_inventory(PROD)
     variables = host_variables(inv, roles=("cni",), host_vars={"gpubring_cni": choice})
     return next(r for r in role_releases("cni", variables) if r.name == choice)
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
 
 
 @pytest.mark.parametrize("choice", ["calico", "cilium"])
@@ -63,22 +52,13 @@ def test_cni_objects_validate_at_the_pinned_versions(choice: str) -> None:
         api_versions=served,
     )
     schema = schema_version(inv)
-    problems = []
-    for where, obj in objects:
-        label = f"{release.name} ({where}) {obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
-        key = (str(obj.get("apiVersion")), str(obj.get("kind")))
-        if key in crds:
-            errors = upstream.crd_errors(obj)
-            if where != "gpubring":
-                errors = [e for e in errors if not e.endswith("is cluster-scoped")]
-            problems += [f"{label}: {e}" for e in errors]
-            continue
-        try:
-            kubernetes_validate.validate(_without_nulls(obj), schema, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            problems.append(f"{label}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError:
-            problems.append(f"{label}: no CRD of a pinned release serves {key}")
+    problems = validation_problems(
+        objects,
+        schema,
+        lambda where, obj: (
+            f"{release.name} ({where}) {obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}"
+        ),
+    )
     assert not problems, "\n".join(problems)
     if choice == "calico":
         # The operator's chart renders no CRD (they come first, from their own chart), and
