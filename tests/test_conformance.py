@@ -20,6 +20,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,8 @@ IDS_1_35 = [IDS_1_34[0], *SHOULD_1_35, *IDS_1_34[1:]]
 SHOULD_1_36 = ["advanced_inference_ingress", "high_performance_networking", "disaggregated_inference"]
 IDS_1_36 = [*SHOULD_1_35, "ai_inference", *SHOULD_1_36, *IDS_1_34[2:]]
 IDS_BY_MINOR = {"1.34": IDS_1_34, "1.35": IDS_1_35, "1.36": IDS_1_36}
+# The SHOULD items gpubring has checks for (issue 23 item 9).
+SHOULD_COVERED = {"driver_runtime_management", "gpu_sharing", "high_performance_networking"}
 # The pinned Kubernetes (versions.yml) is 1.35.x: the document of the recorded run has v1.35's rows.
 REQUIREMENT_IDS = IDS_1_35
 # The run report of that run (gpubring.report's fields), as `gpubring verify --acceptance` wrote it.
@@ -94,9 +97,53 @@ def recorded() -> dict[str, Any]:
     return {**REPORT, **facts.report_fields()}
 
 
+# The checks this round adds to roles/verify (CHECKS.md of the round: inference gateway, metrics APIs and
+# the HPA, the ServiceMonitor scrape, KubeRay, the gang schedulers both ways, the DRA claim, the env
+# variable); the recorded run's verify role predates them.
+ROUND_CHECKS = (
+    "inference_gateway_weighted",
+    "inference_gateway_header",
+    "resource_metrics",
+    "hpa_gpu_metric",
+    "service_monitor_scrape",
+    "kuberay_webhook_rejects",
+    "kuberay_recreates",
+    "gang_held_volcano",
+    "gang_kueue",
+    "gang_held_kueue",
+    "gang_kai",
+    "gang_held_kai",
+    "dra_claim_allocated",
+    "visible_devices_env_ignored",
+)
+
+
+def with_checks(data: dict[str, Any], statuses: dict[str, str]) -> dict[str, Any]:
+    """A copy of the run data whose verify_results has those checks with those results, in the role's
+    check shape (name, status, expected, reason, output); a check the run had is replaced."""
+    out = json.loads(json.dumps(data))
+    fact = out["verify_results"]["cp-01"]
+    kept = [c for c in fact["checks"] if c["name"] not in statuses]
+    added = [
+        {
+            "name": name,
+            "status": status,
+            "expected": f"{name} as the verify role states it",
+            "reason": "" if status == "passed" else f"{name} {status}",
+            "output": {"check": name} if status != "skipped" else None,
+        }
+        for name, status in statuses.items()
+    ]
+    fact["checks"] = kept + added
+    return out
+
+
+NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # when the recorded run's document is made
+
+
 @pytest.fixture(scope="module")
 def doc() -> dict[str, Any]:
-    return conformance.build(recorded(), matrix())
+    return conformance.build(recorded(), matrix(), now=NOW)
 
 
 def rows(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -201,19 +248,29 @@ def test_each_minor_gets_its_own_checklist(minor: str) -> None:
     assert [r["id"] for r in document["requirements"]] == IDS_BY_MINOR[minor]
     assert document["notes"] == []
     by_id = rows(document)
-    # A requirement new in a later checklist has no check in gpubring: not covered, with the reason.
+    # A requirement new in a later checklist: gpubring's checks where it has them (SHOULD_COVERED),
+    # else not covered, with the reason.
     for new in set(IDS_BY_MINOR[minor]) - set(IDS_1_34):
         assert by_id[new]["level"] == "SHOULD"
+        if new in SHOULD_COVERED:
+            assert by_id[new]["covered"] is True and by_id[new]["checks"], by_id[new]
+            continue
         assert by_id[new]["status"] == "not-covered", by_id[new]
         assert by_id[new]["covered"] is False and by_id[new]["checks"] == []
         assert len(by_id[new]["reason"]) > len("not covered by gpubring: ") + 20
-    # The requirements all checklists share keep their evidence and results.
-    for kept in ("gang_scheduling", "accelerator_metrics", "secure_accelerator_access"):
-        assert by_id[kept]["status"] == {"accelerator_metrics": "failed"}.get(kept, "passed")
+    # The requirements all checklists share keep their evidence and results (the recorded run's verify
+    # role predates the checks this round added: those requirements are not run, naming the check).
+    shared = ("gang_scheduling", "accelerator_metrics", "cluster_autoscaling")
+    assert {k: by_id[k]["status"] for k in shared} == {
+        "gang_scheduling": "not-run",
+        "accelerator_metrics": "failed",
+        "cluster_autoscaling": "not-applicable",
+    }
     assert ("dra_support" in by_id) == (minor != "1.36")
-    covered = 3 if minor == "1.36" else 4
-    assert document["summary"]["passed"] + document["summary"]["failed"] == covered
-    assert document["summary"]["not-covered"] == len(IDS_BY_MINOR[minor]) - covered
+    covered = {"1.34": 8, "1.35": 10, "1.36": 10}[minor]
+    assert sum(document["summary"][s] for s in ("passed", "failed", "not-run")) == covered
+    assert document["summary"]["not-applicable"] == 1
+    assert document["summary"]["not-covered"] == len(IDS_BY_MINOR[minor]) - covered - 1
 
 
 def test_every_requirement_id_has_its_evidence_and_title() -> None:
@@ -225,7 +282,8 @@ def test_every_requirement_id_has_its_evidence_and_title() -> None:
         for req in checklist.requirements:
             assert req.title and req.category and req.level in ("MUST", "SHOULD")
             assert req.evidence is conformance.EVIDENCE[req.id]
-            assert bool(req.evidence.required) != bool(req.evidence.not_covered), req.id
+            given = (req.evidence.groups, req.evidence.not_applicable, req.evidence.not_covered)
+            assert sum(bool(g) for g in given) == 1, req.id
 
 
 def _upstream_rows(file: Path) -> list[tuple[str, str, str]]:
@@ -276,37 +334,49 @@ def test_the_checklists_are_the_upstream_ones() -> None:
     assert sorted(tables) == minors, "gpubring has a checklist the upstream folder does not hold"
 
 
-def test_results_pass_fail_and_not_covered(doc: dict[str, Any]) -> None:
+def test_results_pass_fail_not_run_and_not_covered(doc: dict[str, Any]) -> None:
+    """The recorded run's verify role publishes the checks it had before this round's: a requirement whose
+    check it lacks is not run, the reason naming the check; none is passed on the checks it has."""
     by_id = rows(doc)
     assert {k: v["status"] for k, v in by_id.items()} == {
-        "dra_support": "passed",
-        "ai_inference": "not-covered",
-        "gang_scheduling": "passed",
-        "cluster_autoscaling": "not-covered",
-        "pod_autoscaling": "not-covered",
+        "dra_support": "not-run",
+        "ai_inference": "not-run",
+        "gang_scheduling": "not-run",
+        "cluster_autoscaling": "not-applicable",
+        "pod_autoscaling": "not-run",
         "accelerator_metrics": "failed",
-        "ai_service_metrics": "not-covered",
-        "secure_accelerator_access": "passed",
-        "robust_controller": "not-covered",
-        "driver_runtime_management": "not-covered",
-        "gpu_sharing": "not-covered",
+        "ai_service_metrics": "not-run",
+        "secure_accelerator_access": "not-run",
+        "robust_controller": "not-run",
+        "driver_runtime_management": "passed",
+        "gpu_sharing": "not-run",
         "virtualized_accelerator": "not-covered",
     }
-    assert doc["summary"] == {"passed": 3, "failed": 1, "not-run": 0, "not-covered": 8}
+    assert doc["summary"] == {"passed": 1, "failed": 1, "not-run": 8, "not-applicable": 1, "not-covered": 1}
     assert by_id["accelerator_metrics"]["reason"] == "dcgm_metrics: no DCGM_FI_* sample from gpu-02"
+    # The check the recorded role lacks (or, re-recorded with the round's role, skipped without its inputs).
+    assert by_id["dra_support"]["reason"].startswith("dra_claim_allocated: ")
+    assert by_id["gpu_sharing"]["reason"].startswith("no tested node offers a shared or partitioned GPU")
     for row in by_id.values():
         if row["status"] == "not-covered":
             assert row["reason"].startswith("not covered by gpubring: "), row
             assert row["covered"] is False and row["checks"] == []
-    assert "Gateway API" in by_id["ai_inference"]["reason"]
-    assert "ClusterPolicy" in by_id["robust_controller"]["reason"]
-    assert "prometheus-adapter" in by_id["pod_autoscaling"]["reason"]
+    assert "vGPU" in by_id["virtualized_accelerator"]["reason"]
+    assert by_id["cluster_autoscaling"]["reason"].startswith("not applicable to gpubring: ")
+    assert "gpubring node add" in by_id["cluster_autoscaling"]["reason"]
 
 
 def test_each_row_carries_its_checks_raw_output(doc: dict[str, Any]) -> None:
     by_id = rows(doc)
     checks = {c["name"]: c for r in doc["requirements"] for c in r["checks"]}
-    assert [c["name"] for c in by_id["gang_scheduling"]["checks"]] == ["gang_volcano", "gang_kueue"]
+    assert [c["name"] for c in by_id["gang_scheduling"]["checks"]] == [
+        "gang_volcano",
+        "gang_held_volcano",
+        "gang_kueue",
+        "gang_held_kueue",
+        "gang_kai",
+        "gang_held_kai",
+    ]
     assert checks["gang_volcano"]["output"] == {
         "phase": "Running",
         "running": 3,
@@ -402,10 +472,17 @@ def test_without_smoke_tests_or_acceptance_the_covered_rows_are_not_run() -> Non
     data = {**REPORT, "options": {"skip_tags": "gpu_acceptance"}, "verify_results": {}, "gpu_acceptance": {}}
     document = conformance.build(data, [])
     by_id = rows(document)
-    for req in ("dra_support", "gang_scheduling", "accelerator_metrics", "secure_accelerator_access"):
-        assert by_id[req]["status"] == "not-run"
-        assert by_id[req]["reason"] == conformance.NO_SMOKE_TESTS
-    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 8}
+    for row in by_id.values():
+        if row["covered"]:
+            assert row["status"] == "not-run"
+            assert row["reason"] == conformance.NO_SMOKE_TESTS
+    assert document["summary"] == {
+        "passed": 0,
+        "failed": 0,
+        "not-run": 10,
+        "not-applicable": 1,
+        "not-covered": 1,
+    }
     assert document["acceptance"] == {
         "ran": False,
         "reason": "not run: gpubring verify ran without --acceptance",
@@ -415,39 +492,64 @@ def test_without_smoke_tests_or_acceptance_the_covered_rows_are_not_run() -> Non
 
 
 def test_a_skipped_required_check_leaves_the_requirement_not_run() -> None:
-    data = recorded()
-    fact = json.loads(json.dumps(data["verify_results"]["cp-01"]))
+    data = with_checks(recorded(), dict.fromkeys(ROUND_CHECKS, "passed"))
+    fact = data["verify_results"]["cp-01"]
+    off = {
+        "gang_volcano": "Volcano is off (schedulers_volcano_enabled)",
+        "gang_kueue": "Kueue is off (schedulers_kueue_enabled)",
+        "gang_kai": "KAI is off",
+    }
     for check in fact["checks"]:
-        if check["name"] == "gang_volcano":
-            check.update(status="skipped", reason="Volcano is off (schedulers_volcano_enabled)", output=None)
+        if check["name"] in off:
+            check.update(status="skipped", reason=off[check["name"]], output=None)
         if check["name"] == "distinct_gpus":
             check.update(status="skipped", reason="no tested node has two allocatable GPUs", output=None)
-    by_id = rows(conformance.build({**data, "verify_results": {"cp-01": fact}}, []))
+    by_id = rows(conformance.build(data, []))
     assert by_id["gang_scheduling"]["status"] == "not-run"
     assert by_id["gang_scheduling"]["reason"] == (
         "gang_volcano: Volcano is off (schedulers_volcano_enabled); "
-        "gang_kueue: Kueue is off (schedulers_kueue_enabled)"
+        "gang_kueue: Kueue is off (schedulers_kueue_enabled); gang_kai: KAI is off"
     )
+    assert by_id["gang_scheduling"]["product"]["status"] == "Partially Implemented"
     assert by_id["secure_accelerator_access"]["status"] == "passed"  # distinct_gpus is optional
+    # A gang that fits under one scheduler is not enough: the held gang of the same scheduler must pass.
+    for check in fact["checks"]:
+        if check["name"] == "gang_kueue":
+            check.update(status="passed", reason="", output={"admitted": True})
+        if check["name"] == "gang_held_kueue":
+            check.update(status="skipped", reason="Kueue's held gang did not run", output=None)
+    assert rows(conformance.build(data, []))["gang_scheduling"]["status"] == "not-run"
+    for check in fact["checks"]:
+        if check["name"] == "gang_held_kueue":
+            check.update(status="passed", reason="", output={"started": 0})
+    assert rows(conformance.build(data, []))["gang_scheduling"]["status"] == "passed"
 
 
 def test_markdown(doc: dict[str, Any]) -> None:
     text = conformance.to_markdown(doc)
     lines = text.splitlines()
-    header = "| Requirement | ID | Level | Result | Check | Why |"
+    header = "| Requirement | ID | Level | Result | Product file status | Checks | Evidence taken | Why |"
     start = lines.index(header)
     table = lines[start + 2 : start + 2 + len(REQUIREMENT_IDS)]
     assert [line.split(" | ")[1].strip("`") for line in table] == REQUIREMENT_IDS
     assert table[0].startswith(
-        "| Accelerators: DRA Support | `dra_support` | MUST | passed | roles/verify tasks/cluster_dra.yml"
+        "| Accelerators: DRA Support | `dra_support` | MUST | not run | Partially Implemented | "
+        "`dra_resourceslices`, `dra_claim_allocated` | 2026-03-01T10:21:40+00:00 | dra_claim_allocated: "
     )
-    assert "| Observability: Accelerator Metrics | `accelerator_metrics` | MUST | FAILED |" in text
     assert (
-        "| Networking: AI Inference | `ai_inference` | MUST | not covered | none | not covered by gpubring: "
+        "| Observability: Accelerator Metrics | `accelerator_metrics` | MUST | FAILED | Not Implemented |"
         in text
     )
-    assert "Summary: 3 passed, 1 FAILED, 0 not run, 8 not covered." in text
-    assert "| Accelerators: GPU Sharing | `gpu_sharing` | SHOULD | not covered | none | not covered" in text
+    assert (
+        "| Scheduling & Orchestration: Cluster Autoscaling | `cluster_autoscaling` | MUST | not applicable | "
+        "N/A | — | 2026-03-02T08:00:00+00:00 | not applicable to gpubring: " in text
+    )
+    assert "Summary: 1 passed, 1 FAILED, 8 not run, 1 not applicable, 1 not covered." in text
+    assert (
+        "| Accelerators: Virtualized Accelerators | `virtualized_accelerator` | SHOULD | not covered |"
+        in text
+    )
+    assert "Proof: roles/verify: the resource.k8s.io/v1 API is served" in text
     assert doc["checklist"]["source"] in text
     assert '"gpu-02": "0"' in text  # raw output, fenced
     assert "| gpu-01 | passed | — | rdma_write_bw:mlx5_0 |" in text
@@ -525,12 +627,23 @@ def test_report_on_an_unreachable_cluster(unreachable: Path, tmp_path: Path) -> 
     result = CliRunner().invoke(app, ["verify", str(unreachable), "--report", str(report)])
     assert result.exit_code == 4, result.output
     assert stat.S_IMODE(report.stat().st_mode) == 0o700
-    for name in ("conformance.json", "conformance.md"):
+    for name in ("conformance.json", "conformance.md", "conformance-product.yaml"):
         assert stat.S_IMODE((report / name).stat().st_mode) == 0o600
     document = json.loads((report / "conformance.json").read_text())
     assert document["run"]["status"] == "unreachable"
-    assert document["summary"] == {"passed": 0, "failed": 0, "not-run": 4, "not-covered": 8}
+    assert document["summary"] == {
+        "passed": 0,
+        "failed": 0,
+        "not-run": 10,
+        "not-applicable": 1,
+        "not-covered": 1,
+    }
     assert document["checklist"]["version"] == "v1.35"
+    product = yaml.safe_load((report / "conformance-product.yaml").read_text())
+    assert stat.S_IMODE((report / "conformance-product.yaml").stat().st_mode) == 0o600
+    assert product["metadata"]["kubernetesVersion"] == "v1.35"
+    statuses = {r["id"]: r["status"] for rs in product["spec"].values() for r in rs}
+    assert statuses["cluster_autoscaling"] == "N/A" and statuses["dra_support"] == "Not Implemented"
     assert document["acceptance"]["reason"] == "not run: gpubring verify ran without --acceptance"
     (run,) = runs_of(unreachable)
     stored = json.loads((run / "report.json").read_text())

@@ -8,7 +8,12 @@ in the run folder, see gpubring.run):
   host of the play: {control_plane, tested_nodes, dra_nodes, checks: [{name, status, expected,
   reason, output}]};
 - `gpu_acceptance_result` (roles/gpu_acceptance tasks/report.yml): one per GPU node: {verdict,
-  checks: [{name, status, expected, measured, reason}], expected}.
+  checks: [{name, status, expected, measured, reason}], expected};
+- `fabric_test_result` (roles/fabric_test tasks/report.yml): the NCCL fabric test, on the host that
+  ran it: {verdict, checks, nodes, gpus_per_node}.
+
+`published` keeps, per fact, the `created` time ansible-runner gave the last event that carried it
+(the conformance report's timestamps).
 
 The last value a host published wins. A leaf: it imports nothing from gpubring, prints nothing.
 """
@@ -23,6 +28,7 @@ from typing import Any
 
 VERIFY_FACT = "verify_results"
 ACCEPTANCE_FACT = "gpu_acceptance_result"
+FABRIC_FACT = "fabric_test_result"
 
 
 @dataclass(frozen=True)
@@ -31,10 +37,18 @@ class VerifyFacts:
 
     verify_results: dict[str, dict[str, Any]] = field(default_factory=dict)
     gpu_acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fabric_test: dict[str, dict[str, Any]] = field(default_factory=dict)
+    published: dict[str, str] = field(default_factory=dict)
 
     def report_fields(self) -> dict[str, Any]:
-        """The fields a run report gets from them (`verify_results`, `gpu_acceptance`)."""
-        return {"verify_results": dict(self.verify_results), "gpu_acceptance": dict(self.gpu_acceptance)}
+        """The fields a run report gets from them (`verify_results`, `gpu_acceptance`, `fabric_test`,
+        `facts_published`)."""
+        return {
+            "verify_results": dict(self.verify_results),
+            "gpu_acceptance": dict(self.gpu_acceptance),
+            "fabric_test": dict(self.fabric_test),
+            "facts_published": dict(self.published),
+        }
 
 
 def _facts(event: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
@@ -58,10 +72,16 @@ def from_events(events: Iterable[Mapping[str, Any]]) -> VerifyFacts:
         if picked is None:
             continue
         host, facts = picked
-        for name, into in ((VERIFY_FACT, found.verify_results), (ACCEPTANCE_FACT, found.gpu_acceptance)):
+        for name, into in (
+            (VERIFY_FACT, found.verify_results),
+            (ACCEPTANCE_FACT, found.gpu_acceptance),
+            (FABRIC_FACT, found.fabric_test),
+        ):
             value = facts.get(name)
             if isinstance(value, Mapping):
                 into[host] = dict(value)
+                if isinstance(event.get("created"), str):
+                    found.published[name] = str(event["created"])
     return found
 
 

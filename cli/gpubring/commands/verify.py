@@ -1,5 +1,5 @@
 """`gpubring verify INVENTORY`: run the verify phase (as `up --only verify`), and with --report DIR
-write the conformance evidence (DIR/conformance.json, DIR/conformance.md)."""
+write the conformance evidence (DIR/conformance.json, DIR/conformance.md, DIR/conformance-product.yaml)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gpubring.options import InventoryArg, targeted_run_options
 from gpubring.runopts import RunOptions
 
 ACCEPTANCE_TAG = "gpu_acceptance"
-REPORT_FILES = ("conformance.json", "conformance.md")
+REPORT_FILES = ("conformance.json", "conformance.md", "conformance-product.yaml")
 
 
 def report_dir(value: Path | None) -> Path | None:
@@ -54,7 +54,8 @@ Report = Annotated[
         metavar="DIR",
         callback=report_dir,
         help="Write DIR/conformance.json and DIR/conformance.md: each CNCF AI Conformance requirement, "
-        "its check on this cluster, result and output (created 0700 if missing; files 0600).",
+        "its check on this cluster, result and output; DIR/conformance-product.yaml: status, evidence and "
+        "notes in the CNCF product file's fields (created 0700 if missing; files 0600).",
     ),
 ]
 PlaybooksDir = Annotated[Path | None, typer.Option("--playbooks-dir", hidden=True)]
@@ -87,7 +88,8 @@ def command(
 
     With --report DIR, also writes the conformance evidence: each CNCF Kubernetes AI Conformance
     requirement, the check that proves it, its result and raw output, or why gpubring does not cover
-    it; the acceptance verdict of every node; the version matrix.
+    it; the acceptance verdict of every node; the version matrix; and conformance-product.yaml, each
+    requirement's status, evidence and notes in the fields of the CNCF submission's product file.
 
     Validates the inventory and --report first: bad input touches no host (exit 2).
     Exit 1 when a check failed, 4 when a host was unreachable, 3 when cancelled.
@@ -165,7 +167,8 @@ def command(
 
 
 def write_conformance(folder: Path, run_data: Any, run_folder: Path, inv: Any) -> list[Path]:
-    """DIR/conformance.json and DIR/conformance.md (0600) from the run's report and its verify facts."""
+    """DIR/conformance.json, .md and conformance-product.yaml (0600) from the run's report and its verify
+    facts."""
     import json
 
     from gpubring import conformance, runstore, verifyfacts
@@ -181,4 +184,5 @@ def write_conformance(folder: Path, run_data: Any, run_folder: Path, inv: Any) -
     out = [folder / name for name in REPORT_FILES]
     runstore.write_private(out[0], json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
     runstore.write_private(out[1], conformance.to_markdown(doc))
+    runstore.write_private(out[2], conformance.product_yaml(doc))
     return out
