@@ -21,6 +21,7 @@ from rich.table import Table
 from gpubring import paths, runstore, versions, yamlfile
 from gpubring.inventory import Inventory, InventoryError
 from gpubring.phases import PhasePlan, PlaybookError, plan_phases
+from gpubring.validation.checks import gpu_sharing
 from gpubring.yamlfile import Problem
 
 NO_RELEASES = "no Helm releases defined yet"
@@ -235,6 +236,7 @@ def plan_document(plan: Plan) -> dict[str, Any]:
         "phases_skipped_reason": inv.phases_skipped_reason,
         "phases_check_only": list(inv.phases_check_only),
         "own_variables": [{"key": key, "file": file} for key, file in inv.own_keys],
+        "warnings": gpu_sharing.sharing_notes(inv),
         **{k: v for k, v in versions_document(inv, plan.pinned).items() if k != "inventory"},
         "releases": list(plan.releases),
         "releases_note": plan.releases_note,
@@ -313,6 +315,8 @@ def render_plan(plan: Plan, console: Console) -> None:
         # Not inputs of gpubring: a typo that looks like nothing gpubring knows would be listed here.
         own = ", ".join(f"{key} ({file})" for key, file in inv.own_keys)
         _say(console, f"Variables of your own (no role or setting reads them; a typo?): {own}")
+    for note in gpu_sharing.sharing_notes(inv):
+        _say(console, note)
     render_versions(inv, plan.pinned, console)
     releases = plan.releases
     if not releases:
