@@ -24,7 +24,7 @@ import yaml
 from typer.testing import CliRunner
 
 import upstream
-from _render import schema_version, validation_problems
+from _render import schema_version, without_nulls
 from gpubring.app import app
 from gpubring.inventory import InventoryError, load_inventory
 from gpubring.releases import host_variables, role_releases
@@ -104,16 +104,25 @@ def _chart_objects(inv: Any, release: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _valid(inv: Any, release: Any, objects: list[tuple[str, dict[str, Any]]]) -> None:
+    """The values are the pinned chart's; what sharing changes validates: gpubring's own objects and the
+    chart's ConfigMaps at the pinned Kubernetes, the chart's ClusterPolicy against its CRD (the rest of
+    the chart is held by tests/test_chart_render.py)."""
+    import kubernetes_validate
+
+    chart = upstream.chart_dir("gpu-operator", release.version, to_render=False)
     unknown = list(
         upstream.unknown_value_paths(release.values, upstream.chart_values("gpu-operator", release.version))
     )
     assert not unknown, unknown
-    problems = validation_problems(
-        objects,
-        schema_version(inv),
-        lambda where, obj: f"{where} {obj.get('kind')}/{obj['metadata'].get('name')}",
-    )
+    policy_crd = upstream.crd_from_file(chart / "crds" / "nvidia.com_clusterpolicies.yaml")
+    problems: list[str] = []
+    for where, obj in objects:
+        if obj.get("kind") == "ClusterPolicy":
+            problems += upstream.crd_errors(obj, policy_crd[obj["apiVersion"], "ClusterPolicy"])
+        elif where == "gpubring" or obj.get("kind") == "ConfigMap":
+            kubernetes_validate.validate(without_nulls(obj), schema_version(inv), strict=True)
     assert not problems, "\n".join(problems)
+    assert any(o.get("kind") == "ClusterPolicy" for _, o in objects)
 
 
 def test_two_groups_share_their_own_way(sharing_inventory: Callable[[str], Path]) -> None:
