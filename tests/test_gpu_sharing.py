@@ -333,6 +333,11 @@ def test_good_sharing_passes(sharing_inventory: Callable[[str], Path]) -> None:
             "gpu_operator_sharing.gpu_train.mig",
             "gpu_operator_mig_configs sets it too",
         ),
+        (
+            SHARING + "dra_driver_enabled: true\ndra_driver_gpus: true\n",
+            "gpu_operator_sharing",
+            "expected no device plugin sharing while NVIDIA's DRA driver hands out the GPUs",
+        ),
     ],
     ids=[
         "replicas",
@@ -344,6 +349,7 @@ def test_good_sharing_passes(sharing_inventory: Callable[[str], Path]) -> None:
         "unknown-named-config",
         "named-beside-custom",
         "mig-configs-twice",
+        "dra-gpus",
     ],
 )
 def test_refusal(sharing_inventory: Callable[[str], Path], text: str, key: str, words: str) -> None:

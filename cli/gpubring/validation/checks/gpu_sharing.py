@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gpubring.model import Inventory
 
 KEY = "gpu_operator_sharing"
+LABEL_VALUE_MAX = 63  # characters of a label value (Kubernetes)
 KINDS = {
     "mig": ("strategy", "config", "devices"),
     "time_slicing": ("replicas", "rename", "resources"),
@@ -123,8 +124,22 @@ def gpu_sharing(inv: Inventory) -> list[Problem]:
         for g, s in sharing.items()
         if isinstance(s, Mapping) and isinstance(s.get("mig"), Mapping) and "devices" in s["mig"]
     ]
+    first_vars = inv.hosts[first].vars
+    if sharing and first_vars.get("dra_driver_enabled") is True and first_vars.get("dra_driver_gpus") is True:
+        bad(
+            "",
+            "expected no device plugin sharing while NVIDIA's DRA driver hands out the GPUs "
+            "(dra_driver_gpus): the device plugin that reads these configs is off cluster-wide",
+        )
     owner: dict[str, str] = {}
     for group, spec in sharing.items():
+        if len(f"gpubring-{group}") > LABEL_VALUE_MAX:
+            bad(
+                str(group),
+                "expected a group name of at most 54 characters: it is the value of the nodes' "
+                "nvidia.com/device-plugin.config label (gpubring-<group> for a custom MIG layout), "
+                f"at most {LABEL_VALUE_MAX}",
+            )
         hosts = inv.groups.get(str(group))
         if not hosts:
             bad(
