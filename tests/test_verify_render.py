@@ -37,7 +37,7 @@ INVENTORIES = {
     "mig-timeslicing": VARIANTS / "mig-timeslicing",
     "dra-kueue-rdma": VARIANTS / "dra-kueue-rdma",
 }
-CORE_GROUPS = ("v1", "batch/v1")
+CORE_GROUPS = ("v1", "apps/v1", "batch/v1", "resource.k8s.io/v1")
 GPUS_PER_NODE = 8
 
 
@@ -87,7 +87,11 @@ def rendered(inv: Inventory, name: str, plan: list[dict[str, Any]] | None = None
     text = releases.render_template(
         inv,
         f"verify/templates/{templates()[name]}",
-        host_vars={"__verify_plan": plan_for(inv) if plan is None else plan},
+        # DRA: the claim's pod on the first GPU node (the DRA group's nodes in a run).
+        host_vars={
+            "__verify_plan": plan_for(inv) if plan is None else plan,
+            "__verify_dra_nodes": list(inv.groups["gpu_nodes"])[:1],
+        },
     )
     objects = yaml.safe_load(text)
     assert isinstance(objects, list), f"{name}: expected a YAML list of objects"
@@ -124,6 +128,12 @@ def test_role_defaults_follow_the_platform_inputs(inventories: dict[str, Invento
     # GPUs through DRA (all-on): every GPU node is tested through its ResourceSlices.
     all_on = load_inventory(VARIANTS / "all-on")
     assert (role_vars(all_on)["verify_dra"], role_vars(all_on)["verify_dra_group"]) == (True, "gpu_nodes")
+    # KAI on in all-on: its gangs run in the first team queue of schedulers_kai_queues, else the chart's.
+    kai = role_vars(all_on)
+    leaves = [q["name"] for q in kai.get("schedulers_kai_queues") or [] if q.get("parent")]
+    assert kai["verify_gang_kai"] is True and kai["verify_kai_queue"] == (leaves or ["default-queue"])[0]
+    assert prod["verify_gang_kai"] is False and prod["verify_kai_queue"] == "default-queue"
+    assert prod["verify_gang_held_seconds"] == 60 and prod["verify_dra_device_class"] == "gpu.nvidia.com"
     assert plan_for(all_on) == []
     assert dra["verify_rdma_pods"] is True
 
@@ -135,7 +145,8 @@ def test_sample_pods(inventories: dict[str, Inventory]) -> None:
     nodes = list(inv.groups["gpu_nodes"])
     expected = []
     for n, _node in enumerate(nodes, start=1):
-        expected += [f"verify-no-gpu-{n}", f"verify-gpu-{n}"] + (["verify-pair-1"] if n == 1 else [])
+        expected += [f"verify-no-gpu-{n}", f"verify-env-no-gpu-{n}", f"verify-gpu-{n}"]
+        expected += ["verify-pair-1"] if n == 1 else []
     assert names == expected
     for pod in pods:
         node = pod["metadata"]["annotations"]["gpubring.io/verify-node"]
@@ -148,10 +159,17 @@ def test_sample_pods(inventories: dict[str, Inventory]) -> None:
         assert container["image"] == "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
         assert "capabilities" not in container["securityContext"]
         limits = container["resources"].get("limits")
-        if pod["metadata"]["name"].startswith("verify-no-gpu-"):
+        name = pod["metadata"]["name"]
+        if name.startswith(("verify-no-gpu-", "verify-env-no-gpu-")):
             assert limits is None  # asks for no GPU: it must see none
         else:
             assert limits == {"nvidia.com/gpu": 1}
+        # visible_devices_env_ignored: the env pods and the one-GPU pods ask for every GPU by variable.
+        env = container.get("env")
+        if name.startswith(("verify-env-no-gpu-", "verify-gpu-")):
+            assert env == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}], name
+        else:
+            assert env is None, name
     pair = next(p for p in pods if p["metadata"]["name"] == "verify-pair-1")
     assert pair["metadata"]["annotations"]["gpubring.io/verify-node"] == nodes[0]
     (namespace,) = rendered(inv, "namespace")
@@ -164,7 +182,10 @@ def test_pair_pod_needs_two_gpus_on_one_node(inventories: dict[str, Inventory]) 
         {"node": "gpu-2", "resource": "nvidia.com/gpu", "allocatable": 2, "rdma": False},
     ]
     names = [p["metadata"]["name"] for p in rendered(inventories["prod"], "pods", one_each)]
-    assert names == ["verify-no-gpu-1", "verify-gpu-1", "verify-no-gpu-2", "verify-gpu-2", "verify-pair-2"]
+    assert names == [
+        "verify-no-gpu-1", "verify-env-no-gpu-1", "verify-gpu-1",
+        "verify-no-gpu-2", "verify-env-no-gpu-2", "verify-gpu-2", "verify-pair-2",
+    ]  # fmt: skip
     assert rendered(inventories["prod"], "pods", []) == []
 
 
@@ -204,18 +225,111 @@ def test_rdma_pods_and_their_namespace(inventories: dict[str, Inventory]) -> Non
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
+def by_name(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in objects}
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    """The pod template's spec of a Volcano Job (its one task) or a batch/v1 Job."""
+    if obj["apiVersion"].startswith("batch.volcano.sh/"):
+        (task,) = obj["spec"]["tasks"]
+        spec = task["template"]["spec"]
+    else:
+        spec = obj["spec"]["template"]["spec"]
+    assert isinstance(spec, dict)
+    return spec
+
+
 def test_gang_jobs_are_all_or_nothing(inventories: dict[str, Inventory]) -> None:
-    (volcano,) = rendered(inventories["mig-timeslicing"], "volcano")
+    gang = by_name(rendered(inventories["mig-timeslicing"], "gang"))
+    volcano = gang["verify-gang-volcano"]
     assert volcano["spec"]["schedulerName"] == "volcano"
     (task,) = volcano["spec"]["tasks"]
     assert volcano["spec"]["minAvailable"] == task["replicas"] == 3
-    local_queue, job = rendered(inventories["dra-kueue-rdma"], "kueue")
+    gang = by_name(rendered(inventories["dra-kueue-rdma"], "gang"))
+    local_queue, job = gang["gpubring-verify"], gang["verify-gang-kueue"]
     assert local_queue["kind"] == "LocalQueue" and local_queue["spec"]["clusterQueue"] == "gpu-cluster-queue"
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == local_queue["metadata"]["name"]
     assert job["spec"]["suspend"] is True
     assert job["spec"]["parallelism"] == job["spec"]["completions"] == 3
-    for obj in (volcano, local_queue, job):
+    # KAI (docs/batch/README.md at v0.17.0): the min-member annotation makes the Job one gang.
+    kai = gang["verify-gang-kai"]
+    assert kai["metadata"]["annotations"] == {"kai.scheduler/batch-min-member": "3"}
+    assert kai["spec"]["parallelism"] == kai["spec"]["completions"] == 3
+    assert pod_spec(kai)["schedulerName"] == "kai-scheduler"
+    assert kai["spec"]["template"]["metadata"]["labels"]["kai.scheduler/queue"] == "default-queue"
+    for obj in gang.values():
         assert obj["metadata"]["namespace"] == "gpubring-verify"
+    for name in ("verify-gang-volcano", "verify-gang-kueue", "verify-gang-kai"):
+        (container,) = pod_spec(gang[name])["containers"]
+        assert container["resources"]["limits"] == {"cpu": "100m", "memory": "64Mi"}  # no GPU: it fits
+
+
+def test_the_held_gangs_cannot_fit(inventories: dict[str, Inventory]) -> None:
+    """More GPUs per pod x pods than the tested nodes have: pods of the largest node's allocatable,
+    pinned to the nodes of that resource, one pod more than there are such nodes."""
+    plan = [
+        {"node": "gpu-1", "resource": "nvidia.com/gpu", "allocatable": 8, "rdma": False},
+        {"node": "gpu-2", "resource": "nvidia.com/gpu", "allocatable": 4, "rdma": False},
+        {"node": "mig-1", "resource": "nvidia.com/mig-1g.10gb", "allocatable": 7, "rdma": False},
+    ]
+    gang = by_name(rendered(inventories["prod"], "gang", plan))
+    for scheduler in ("volcano", "kueue", "kai"):
+        held = gang[f"verify-held-{scheduler}"]
+        spec = pod_spec(held)
+        (container,) = spec["containers"]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}, scheduler
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1", "gpu-2"]}]}
+        ]
+        size = held["spec"]["minAvailable"] if scheduler == "volcano" else held["spec"]["parallelism"]
+        assert size == 3, scheduler  # two nodes of nvidia.com/gpu, room for one 8-GPU pod at most
+        assert held["metadata"]["labels"]["gpubring.io/verify-test"] == f"held-{scheduler}"
+    assert gang["verify-held-volcano"]["spec"]["tasks"][0]["replicas"] == 3
+    assert gang["verify-held-kueue"]["spec"]["suspend"] is True
+    assert gang["verify-held-kai"]["metadata"]["annotations"] == {"kai.scheduler/batch-min-member": "3"}
+    # No device-plugin GPU node (all GPUs through DRA): no gang that cannot fit, the fitting ones stay.
+    names = set(by_name(rendered(inventories["prod"], "gang", [])))
+    assert names == {"verify-gang-volcano", "gpubring-verify", "verify-gang-kueue", "verify-gang-kai"}
+
+
+def test_the_dra_claim_and_its_pod() -> None:
+    all_on = load_inventory(VARIANTS / "all-on")
+    node = all_on.groups["gpu_nodes"][0]
+    claim, pod = rendered_dra(all_on, [node])
+    assert claim["apiVersion"] == "resource.k8s.io/v1" and claim["kind"] == "ResourceClaim"
+    (request,) = claim["spec"]["devices"]["requests"]
+    assert request["exactly"] == {
+        "deviceClassName": "gpu.nvidia.com",
+        "allocationMode": "ExactCount",
+        "count": 1,
+    }
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpu", "resourceClaimName": claim["metadata"]["name"]}]
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["claims"] == [{"name": request["name"]}]
+    assert "limits" not in container["resources"]  # the GPU comes through the claim only
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]
+    version = schema_version(all_on)
+    for obj in (claim, pod):
+        kubernetes_validate.validate(obj, version, strict=True)
+    # The schema at the pinned Kubernetes knows resource.k8s.io/v1: a misspelt field is refused.
+    request["exactly"]["deviceClass"] = request["exactly"].pop("deviceClassName")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(claim, version, strict=True)
+    assert rendered_dra(all_on, []) == []
+
+
+def rendered_dra(inv: Inventory, dra_nodes: list[str]) -> list[dict[str, Any]]:
+    text = releases.render_template(
+        inv,
+        f"verify/templates/{templates()['dra']}",
+        host_vars={"__verify_plan": [], "__verify_dra_nodes": dra_nodes},
+    )
+    objects = yaml.safe_load(text)
+    assert isinstance(objects, list)
+    return objects
 
 
 # -- schemas ---------------------------------------------------------------------------------------
@@ -228,7 +342,8 @@ def test_core_objects_validate_at_the_pinned_kubernetes(
     inv = inventories[inventory]
     version = schema_version(inv)
     core = [obj for obj in all_objects(inv) if obj["apiVersion"] in CORE_GROUPS]
-    assert {obj["kind"] for obj in core} == {"Namespace", "Pod", "Job"}
+    # The checks of other components add their own core objects (Services, Deployments...).
+    assert {obj["kind"] for obj in core} >= {"Namespace", "Pod", "Job", "ResourceClaim"}
     for obj in core:
         try:
             kubernetes_validate.validate(obj, version, strict=True)
@@ -239,7 +354,7 @@ def test_core_objects_validate_at_the_pinned_kubernetes(
 @pytest.mark.parametrize("inventory", list(INVENTORIES))
 def test_custom_resources_match_the_upstream_crds(inventories: dict[str, Inventory], inventory: str) -> None:
     custom = [obj for obj in all_objects(inventories[inventory]) if obj["apiVersion"] not in CORE_GROUPS]
-    assert {(obj["apiVersion"], obj["kind"]) for obj in custom} == {
+    assert {(obj["apiVersion"], obj["kind"]) for obj in custom} >= {
         ("batch.volcano.sh/v1alpha1", "Job"),
         ("kueue.x-k8s.io/v1beta2", "LocalQueue"),  # the storage version of Kueue 0.19's CRD
     }
@@ -254,7 +369,7 @@ def test_custom_resources_match_the_upstream_crds(inventories: dict[str, Invento
 
 
 def test_the_crd_check_catches_a_misspelled_field(inventories: dict[str, Inventory]) -> None:
-    (volcano,) = rendered(inventories["prod"], "volcano")
+    volcano = by_name(rendered(inventories["prod"], "gang"))["verify-held-volcano"]
     volcano["spec"]["minAvaliable"] = volcano["spec"].pop("minAvailable")
     errors = upstream.crd_errors(volcano)
     assert any("minAvaliable" in e for e in errors), errors
@@ -288,6 +403,7 @@ def test_ansible_renders_the_templates_the_same(inventories: dict[str, Inventory
     (tmp_path / "play.yml").write_text(_ANSIBLE_PLAY.format(role=ROLE, out=tmp_path), encoding="utf-8")
     extra = {
         "__verify_plan": plan,
+        "__verify_dra_nodes": list(inv.groups["gpu_nodes"])[:1],
         "gpubring_versions": inv.versions,
         "ansible_connection": "local",
         "ansible_python_interpreter": sys.executable,

@@ -27,6 +27,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.gpubring.core.plugins.module_utils import verify_scheduling
+
 STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
 NO_GPU_NODE = "no GPU node of this run to test"
 
@@ -42,6 +44,13 @@ CHECK_NAMES = (
     "gang_kueue",
     "dcgm_exporters",
     "dcgm_metrics",
+    # plugins/module_utils/verify_scheduling.py (NAMES)
+    "visible_devices_env_ignored",
+    "dra_claim_allocated",
+    "gang_held_volcano",
+    "gang_held_kueue",
+    "gang_kai",
+    "gang_held_kai",
 )
 
 _MISSING: Any = object()
@@ -449,4 +458,5 @@ def verify_checks(gathered: Mapping[str, Any], settings: Mapping[str, Any]) -> l
         _kueue(got("__verify_kueue_job"), settings),
         _exporters(test_nodes, dcgm_pods, dcgm_off, settings),
         _metrics(got("__verify_dcgm_metrics"), dcgm_off, settings),
+        *verify_scheduling.scheduling_checks(gathered, settings),
     ]
