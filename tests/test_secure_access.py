@@ -35,12 +35,19 @@ _PLAY = """\
   vars_files:
     - {role}/defaults/main.yml
   tasks:
-    - name: Set them
+    - name: Set them in each file
       ansible.builtin.include_tasks: {role}/tasks/config.yml
+      vars:
+        # Task vars rank above the role defaults of vars_files: nothing outside tmp_path is written.
+        nvidia_container_toolkit_config: "{{{{ __path }}}}"
+      loop: {paths}
+      loop_control:
+        loop_var: __path
 """
 
 
-def run_config(tmp_path: Path, path: Path) -> dict[str, Any]:
+def run_config(tmp_path: Path, *paths: Path) -> int:
+    """Run tasks/config.yml on each file; how many of them it changed."""
     play = tmp_path / "play.yml"
     # owner/group root cannot be set by a user: the task's ownership is the only thing left out.
     text = (ROLE / "tasks" / "config.yml").read_text(encoding="utf-8")
@@ -50,16 +57,15 @@ def run_config(tmp_path: Path, path: Path) -> dict[str, Any]:
         text.replace("    owner: root\n    group: root\n", ""), encoding="utf-8"
     )
     shutil.copytree(ROLE / "defaults", tmp_path / "role" / "defaults", dirs_exist_ok=True)
-    play.write_text(_PLAY.format(role=tmp_path / "role"), encoding="utf-8")
-    # The path as an extra var: above the role's defaults (vars_files), so nothing outside tmp_path.
+    play.write_text(
+        _PLAY.format(role=tmp_path / "role", paths=json.dumps([str(p) for p in paths])), encoding="utf-8"
+    )
     done = ansible_playbook(
-        *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
-        *("-e", json.dumps({"nvidia_container_toolkit_config": str(path)})),
-        play,
+        *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"), play
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     recap = done.stdout[done.stdout.rindex("PLAY RECAP") :]
-    return {"changed": int(recap.split("changed=")[1].split()[0])}
+    return int(recap.split("changed=")[1].split()[0])
 
 
 def test_the_role_writes_only_what_it_owns() -> None:
@@ -79,16 +85,15 @@ def test_the_toolkit_config_is_set_and_converges(tmp_path: Path) -> None:
     assert ENVVAR not in before  # commented out: the toolkit's defaults (true, false) apply
     missing = tmp_path / "absent" / "config.toml"
     missing.parent.mkdir()
-    assert run_config(tmp_path, packaged)["changed"] == 1
+    assert run_config(tmp_path, packaged, missing) == 2
     after = tomllib.loads(packaged.read_text(encoding="utf-8"))
     assert (after[ENVVAR], after[MOUNTS]) == (False, True)
     # Everything else of the file is kept, the keys stay top-level (before the first table).
     assert {k: v for k, v in after.items() if k not in (ENVVAR, MOUNTS)} == before
-    assert run_config(tmp_path, packaged)["changed"] == 0
     # No package installed (nvidia_container_toolkit_install_packages: false): the file holds the two
     # keys; the toolkit fills the rest with its defaults.
-    run_config(tmp_path, missing)
     assert tomllib.loads(missing.read_text(encoding="utf-8")) == {ENVVAR: False, MOUNTS: True}
+    assert run_config(tmp_path, packaged, missing) == 0
 
 
 def values(inventory: str, **host_vars: Any) -> dict[str, Any]:
