@@ -47,7 +47,8 @@ def test_good_networks_pass(make_inventory: Callable[..., Path]) -> None:
             "gateway: 192.168.100.1",
             "gateway: 192.168.101.1",
             "network_operator_networks[0].gateway",
-            "expected an address inside the subnet 192.168.100.0/24 of network 'rdma-roce'; 192.168.101.1 is outside",
+            "expected an address inside the subnet 192.168.100.0/24 of network 'rdma-roce'; "
+            "192.168.101.1 is outside",
         ),
         (
             "end_ip: 192.168.100.9",
@@ -65,7 +66,8 @@ def test_good_networks_pass(make_inventory: Callable[..., Path]) -> None:
             "subnet: 192.168.200.0/24",
             "subnet: 192.168.100.128/25",
             "network_operator_networks[1].subnet",
-            "192.168.100.128/25 of 'rdma-ib' overlaps 192.168.100.0/24 of 'rdma-roce' (network_operator_networks[0])",
+            "192.168.100.128/25 of 'rdma-ib' overlaps 192.168.100.0/24 of 'rdma-roce' "
+            "(network_operator_networks[0])",
         ),
         (
             "subnet: 192.168.200.0/24",
@@ -112,8 +114,8 @@ def test_cni_ipam_range_outside_subnet(make_inventory: Callable[..., Path]) -> N
     assert _problems(make_inventory, own.replace("RANGE_END", "192.168.100.200")) == []
     [problem] = _problems(make_inventory, own.replace("RANGE_END", "192.168.110.200"))
     assert problem == (
-        f"{FILE}: network_operator_networks[0].ipam.ranges[0][0].rangeEnd: expected an address inside the subnet "
-        "192.168.100.0/24 of network 'rdma-roce'; 192.168.110.200 is outside it"
+        f"{FILE}: network_operator_networks[0].ipam.ranges[0][0].rangeEnd: expected an address inside the "
+        "subnet 192.168.100.0/24 of network 'rdma-roce'; 192.168.110.200 is outside it"
     )
 
 
