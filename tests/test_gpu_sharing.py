@@ -338,6 +338,16 @@ def test_good_sharing_passes(sharing_inventory: Callable[[str], Path]) -> None:
             "gpu_operator_sharing",
             "expected no device plugin sharing while NVIDIA's DRA driver hands out the GPUs",
         ),
+        (
+            SHARING.replace("resources: [nvidia.com/mig-1g.10gb]", "resources: [nvidia.com/mig-2g.20gb]"),
+            "gpu_operator_sharing.gpu_train.time_slicing.resources",
+            "expected MIG resources of the group's layout (nvidia.com/mig-1g.10gb); nvidia.com/mig-2g.20gb",
+        ),
+        (
+            SHARING.replace("strategy: mixed", "strategy: single"),
+            "gpu_operator_sharing.gpu_train.time_slicing.resources",
+            "expected nvidia.com/gpu with the single MIG strategy",
+        ),
     ],
     ids=[
         "replicas",
@@ -350,6 +360,8 @@ def test_good_sharing_passes(sharing_inventory: Callable[[str], Path]) -> None:
         "named-beside-custom",
         "mig-configs-twice",
         "dra-gpus",
+        "sliced-mig-resource-not-in-layout",
+        "sliced-mig-resource-with-single",
     ],
 )
 def test_refusal(sharing_inventory: Callable[[str], Path], text: str, key: str, words: str) -> None:

@@ -198,7 +198,49 @@ def gpu_sharing(inv: Inventory) -> list[Problem]:
                     f"expected the MIG layout of {group!r} in one place; "
                     "gpu_operator_mig_configs sets it too",
                 )
+            sliced = spec.get("time_slicing")
+            if isinstance(sliced, Mapping):
+                problems.extend(_check_sliced_mig(file, f"{key}.{group}.time_slicing.resources", mig, sliced))
     return problems
+
+
+def _check_sliced_mig(
+    file: str, path: str, mig: Mapping[str, Any], sliced: Mapping[str, Any]
+) -> list[Problem]:
+    """Time-sliced resources of a MIG group are ones its nodes advertise: with the single strategy MIG
+    devices are nvidia.com/gpu, with mixed nvidia.com/mig-<profile> of the group's layout (k8s-device-plugin
+    README v0.20.0, MIG strategies)."""
+    resources = sliced.get("resources", ["nvidia.com/gpu"])
+    if not isinstance(resources, list):
+        return []
+    strategy = mig.get("strategy", "single")
+    mig_resources = [r for r in resources if isinstance(r, str) and r.startswith("nvidia.com/mig-")]
+    if strategy == "single" and mig_resources:
+        return [
+            Problem(
+                file,
+                path,
+                f"expected nvidia.com/gpu with the single MIG strategy (its MIG devices are advertised as "
+                f"nvidia.com/gpu); {', '.join(mig_resources)} would never exist",
+            )
+        ]
+    config, devices = mig.get("config"), mig.get("devices")
+    profile = named_config_profile(config) if isinstance(config, str) else None
+    layout = set(devices) if isinstance(devices, Mapping) else ({profile} if profile else set())
+    if strategy != "mixed" or not layout or any("+" in str(p) for p in layout):
+        return []  # a layout of several products' profiles (all-balanced) or media extensions: not checked
+    missing = [r for r in mig_resources if r.removeprefix("nvidia.com/mig-") not in layout]
+    if not missing:
+        return []
+    names = ", ".join(f"nvidia.com/mig-{p}" for p in sorted(layout))
+    return [
+        Problem(
+            file,
+            path,
+            f"expected MIG resources of the group's layout ({names}); "
+            f"{', '.join(missing)} would never exist on its nodes",
+        )
+    ]
 
 
 def _check_shared(file: str, path: str, kind: str, body: object) -> list[Problem]:
