@@ -18,7 +18,11 @@ rename}}`. Refused, each with the file and key:
   ones (a custom mig-parted ConfigMap replaces the operator's default-mig-parted-config:
   controllers/object_controls.go at v26.7.0, GetConfigMapName), and a MIG profile the group's GPU
   does not have, when gpu_facts has seen the group's GPUs (the inventory's fact cache,
-  .gpubring/facts/<host>, written by a run) and MIG_PROFILES knows their PCI device id.
+  .gpubring/facts/<host>, written by a run) and MIG_PROFILES knows their PCI device id;
+- time-sliced MIG resources a group's nodes never advertise (nvidia.com/mig-* with the single
+  strategy; a profile outside the group's layout with mixed);
+- any sharing while NVIDIA's DRA driver hands out the GPUs (the device plugin is off), and a group
+  name too long for the label value it becomes.
 
 `sharing_notes` gives what `gpubring plan` says about sharing: time-slicing isolates no memory.
 """
