@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from helpers import FIXTURES, REPO, ansible_playbook, collection_module, module_utils
+from test_autoscaling_checks import AUTOSCALING_FAILED
 
 V = module_utils("verify_verdicts")
 REGISTERED: dict[str, Any] = yaml.safe_load((FIXTURES / "conformance" / "registered.yml").read_text())
@@ -45,6 +46,11 @@ SETTINGS: dict[str, Any] = {
     "verify_kai_queue": "default-queue",
     "verify_gang_held_seconds": 60,
     "verify_dra_device_class": "gpu.nvidia.com",
+    # Autoscaling and service metrics (module_utils/verify_autoscaling.py, tests/test_autoscaling_checks.py).
+    "verify_resource_metrics": False,
+    "verify_hpa_gpu": False,
+    "verify_service_monitor": False,
+    "verify_namespace": "gpubring-verify",
 }
 # The commit whose cluster_results.yml still judged in Jinja.
 BEFORE = "ddf5444"
@@ -150,6 +156,7 @@ def failures() -> dict[str, Any]:
         rc=1, stdout="", stderr="Traceback\nURLError: refused\n"
     )
     scheduling_failed(data)
+    data.update(AUTOSCALING_FAILED)
     return data
 
 
@@ -248,6 +255,10 @@ def test_recorded_run() -> None:
         "gang_kueue": "skipped",
         "dcgm_exporters": "passed",
         "dcgm_metrics": "failed",
+        # Recorded before these tests existed (tests/test_autoscaling_checks.py runs them).
+        "resource_metrics": "skipped",
+        "hpa_gpu_metric": "skipped",
+        "service_monitor_scrape": "skipped",
         # Recorded before these tests existed (tests/test_verify_scheduling.py runs them).
         "visible_devices_env_ignored": "skipped",
         "dra_claim_allocated": "skipped",
@@ -314,6 +325,11 @@ def test_every_check_fails_with_its_reason() -> None:
         "gang_held_kueue": "started 1 of 3: verify-held-kueue-worker-0",
         "gang_kai": "ready 1 of 3",
         "gang_held_kai": "started 1 of 3: verify-held-kai-worker-0",
+        "resource_metrics": "no NodeMetrics (cpu, memory) for gpu-02",
+        "hpa_gpu_metric": "custom.metrics.k8s.io returns no pod_gpu_utilization for a pod of verify-hpa-gpu",
+        "service_monitor_scrape": (
+            "Prometheus has no series of verify-metrics-app but its own (is the ServiceMonitor selected?)"
+        ),
     }
     # The whole stderr, as the Jinja before gave it (it split on a literal backslash-n).
     assert checks["dcgm_metrics"]["output"]["gpu-03"] == "Traceback\nURLError: refused"
@@ -385,6 +401,9 @@ def test_no_gpu_node() -> None:
         "gang_held_kueue": "Kueue is off (schedulers_kueue_enabled)",
         "gang_kai": "KAI is off (schedulers_kai_enabled)",
         "gang_held_kai": "KAI is off (schedulers_kai_enabled)",
+        "resource_metrics": "metrics-server is off (metrics_server_enabled)",
+        "hpa_gpu_metric": "prometheus-adapter is off (monitoring_enabled, monitoring_adapter)",
+        "service_monitor_scrape": "kube-prometheus-stack is off (monitoring_enabled, monitoring_stack)",
     }
     assert {c["status"] for n, c in checks.items() if n != "gang_volcano"} == {"skipped"}
     assert checks["pods_running"]["output"] == {}

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpubring.core.plugins.module_utils import verify_scheduling
+from ansible_collections.gpubring.core.plugins.module_utils import verify_autoscaling, verify_scheduling
 
 STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
 NO_GPU_NODE = "no GPU node of this run to test"
@@ -51,6 +51,9 @@ CHECK_NAMES = (
     "gang_held_kueue",
     "gang_kai",
     "gang_held_kai",
+    "resource_metrics",  # plugins/module_utils/verify_autoscaling.py (NAMES)
+    "hpa_gpu_metric",
+    "service_monitor_scrape",
 )
 
 _MISSING: Any = object()
@@ -459,4 +462,5 @@ def verify_checks(gathered: Mapping[str, Any], settings: Mapping[str, Any]) -> l
         _exporters(test_nodes, dcgm_pods, dcgm_off, settings),
         _metrics(got("__verify_dcgm_metrics"), dcgm_off, settings),
         *verify_scheduling.scheduling_checks(gathered, settings),
+        *verify_autoscaling.autoscaling_checks(gathered, settings),
     ]
