@@ -51,6 +51,13 @@ SETTINGS: dict[str, Any] = {
     "verify_hpa_gpu": False,
     "verify_service_monitor": False,
     "verify_namespace": "gpubring-verify",
+    # The inference ingress test (module_utils/verify_inference.py, tests/test_ai_inference_verify.py).
+    "verify_inference": False,
+    "verify_inference_requests": 200,
+    "verify_inference_weight_b": 20,
+    "verify_inference_tolerance": 10,
+    "verify_inference_gateway": "inference",
+    "verify_inference_gateway_namespace": "envoy-gateway-system",
 }
 # The commit whose cluster_results.yml still judged in Jinja.
 BEFORE = "ddf5444"
@@ -157,6 +164,7 @@ def failures() -> dict[str, Any]:
     )
     scheduling_failed(data)
     data.update(AUTOSCALING_FAILED)
+    data.update(INFERENCE_FAILED)
     return data
 
 
@@ -189,6 +197,24 @@ def scheduling_failed(data: dict[str, Any]) -> None:
         ]}}}}]
     }  # fmt: skip
     data["__verify_dra_pod"] = {"resources": [{"status": {"phase": "Running"}}]}
+
+
+# The inference ingress test, on, with a skewed split and a header match that reaches backend A.
+_ACCEPTED = {"parents": [{"conditions": [{"type": "Accepted", "status": "True"}]}]}
+INFERENCE_FAILED: dict[str, Any] = {
+    "verify_inference": True,
+    "__verify_inference_routes": {
+        "resources": [
+            {"metadata": {"name": "verify-inference-weighted"}, "status": _ACCEPTED},
+            {"metadata": {"name": "verify-inference-header"}, "status": _ACCEPTED},
+        ]
+    },
+    "__verify_inference_service": {"resources": [{"spec": {"clusterIP": "10.96.0.80"}}]},
+    "__verify_inference_job": {"resources": [{"status": {"succeeded": 1}}]},
+    "__verify_inference_log": {
+        "log": "weighted a=100 b=100 failed=0\nheader a=200 b=0 failed=0\nno_header a=200 b=0 failed=0\n"
+    },
+}
 
 
 def time_slicing() -> dict[str, Any]:
@@ -266,6 +292,8 @@ def test_recorded_run() -> None:
         "gang_held_kueue": "skipped",
         "gang_kai": "skipped",
         "gang_held_kai": "skipped",
+        "inference_gateway_weighted": "skipped",
+        "inference_gateway_header": "skipped",
     }
     # The partner of verify-pair-1 is the first verify-gpu-* pod of its node: verify-gpu-rdma-1.
     assert checks["distinct_gpus"]["output"] == {
@@ -329,6 +357,10 @@ def test_every_check_fails_with_its_reason() -> None:
         "hpa_gpu_metric": "custom.metrics.k8s.io returns no pod_gpu_utilization for a pod of verify-hpa-gpu",
         "service_monitor_scrape": (
             "Prometheus has no series of verify-metrics-app but its own (is the ServiceMonitor selected?)"
+        ),
+        "inference_gateway_weighted": "skewed split: backend B got 50.0% (100 of 200), expected 20% ± 10",
+        "inference_gateway_header": (
+            "with x-gpubring-route: b, 0 of 200 reached backend B (200 went to A, 0 failed)"
         ),
     }
     # The whole stderr, as the Jinja before gave it (it split on a literal backslash-n).
@@ -404,6 +436,8 @@ def test_no_gpu_node() -> None:
         "resource_metrics": "metrics-server is off (metrics_server_enabled)",
         "hpa_gpu_metric": "prometheus-adapter is off (monitoring_enabled, monitoring_adapter)",
         "service_monitor_scrape": "kube-prometheus-stack is off (monitoring_enabled, monitoring_stack)",
+        "inference_gateway_weighted": "the inference ingress is off (ai_inference_enabled)",
+        "inference_gateway_header": "the inference ingress is off (ai_inference_enabled)",
     }
     assert {c["status"] for n, c in checks.items() if n != "gang_volcano"} == {"skipped"}
     assert checks["pods_running"]["output"] == {}

@@ -27,7 +27,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpubring.core.plugins.module_utils import verify_autoscaling, verify_scheduling
+from ansible_collections.gpubring.core.plugins.module_utils import (
+    verify_autoscaling,
+    verify_inference,
+    verify_scheduling,
+)
 
 STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
 NO_GPU_NODE = "no GPU node of this run to test"
@@ -54,6 +58,8 @@ CHECK_NAMES = (
     "resource_metrics",  # plugins/module_utils/verify_autoscaling.py (NAMES)
     "hpa_gpu_metric",
     "service_monitor_scrape",
+    "inference_gateway_weighted",  # plugins/module_utils/verify_inference.py
+    "inference_gateway_header",
 )
 
 _MISSING: Any = object()
@@ -463,4 +469,5 @@ def verify_checks(gathered: Mapping[str, Any], settings: Mapping[str, Any]) -> l
         _metrics(got("__verify_dcgm_metrics"), dcgm_off, settings),
         *verify_scheduling.scheduling_checks(gathered, settings),
         *verify_autoscaling.autoscaling_checks(gathered, settings),
+        *verify_inference.inference_checks(gathered, settings),
     ]
