@@ -40,6 +40,8 @@ IB = "multi-node-2x-p40-roce-net-ib-koordinator.txt"
 TABLE = "single-node-8x-a100-sxm4-40gb-table-only-superbench.txt"
 P2P = "single-node-8x-a100-hgx-nvswitch-p2p-ipc-read.txt"
 SOCKET = "socket-fallback-2-node-16-rank-no-ib-device.txt"
+GDRDMA = "multi-node-h100-ibext-gdrdma-channels-nccl-1453.txt"
+GDR_DISABLED = "multi-node-roce-gdr-disabled-nccl-1537.txt"
 
 
 def log(name: str) -> str:
@@ -188,16 +190,81 @@ def test_no_floor_is_a_skip_with_the_reason_and_no_rows_a_failure() -> None:
     assert empty["status"] == "failed" and "no all_reduce_perf result row in the log" in empty["reason"]
 
 
+# -- GPUDirect RDMA (fabric_test_gdrdma) -----------------------------------------------------------
+
+
+def _ib_table() -> str:
+    """The real 2-node IB run's table and INFO lines (no channel lines: its GDRDMA cannot be told)."""
+    return log(IB)
+
+
+def test_gdrdma_channel_lines_are_read() -> None:
+    transport = N.parse_transport(log(GDRDMA))
+    assert transport["channels"] == {"NET/IB": 12}
+    assert (transport["gdrdma"], transport["gdrdma_channels"], transport["ib_plain_channels"]) == (
+        True,
+        12,
+        0,
+    )
+    disabled = N.parse_transport(log(GDR_DISABLED))
+    assert disabled["gdr_disabled"] == ["mlx5_0", "mlx5_1"] and disabled["network"] == "IB"
+    assert disabled["gdrdma"] is False
+    # PXN (a proxied send prints the proxy rank) and the PCI mode keep their GDRDMA (net.cc's formats).
+    pxn = N.parse_transport("NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/2(3)/GDRDMA(PCI)")
+    assert (pxn["gdrdma_channels"], pxn["ib_plain_channels"]) == (1, 0)
+    plain = N.parse_transport("NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0")
+    assert (plain["gdrdma_channels"], plain["ib_plain_channels"]) == (0, 1)
+
+
+def test_gdrdma_expected_passes_only_with_gdrdma_channels() -> None:
+    floor = p40_roce_multi_node_floor()
+    with_gdr = N.all_reduce_check(_ib_table() + log(GDRDMA), floor, nodes=2, gdrdma=True)
+    assert with_gdr["status"] == "passed", with_gdr["reason"]
+    assert with_gdr["measured"]["gdrdma_channels"] == 12
+    assert with_gdr["expected"]["transport"] == "NET/IB with GPUDirect RDMA (via NET/IB/<dev>/GDRDMA)"
+    # The same run without the channel lines: GPUDirect cannot be told, so it fails when expected...
+    untold = N.all_reduce_check(_ib_table(), floor, nodes=2, gdrdma=True)
+    assert untold["status"] == "failed"
+    assert "no NET/IB channel line (via NET/IB/<dev>/GDRDMA) in the log" in untold["reason"]
+    # ... and passes as before when it is not expected.
+    assert N.all_reduce_check(_ib_table(), floor, nodes=2)["status"] == "passed"
+
+
+def test_gdrdma_disabled_fails_although_the_bandwidth_passes() -> None:
+    floor = p40_roce_multi_node_floor()
+    mixed = N.all_reduce_check(log(GDR_DISABLED) + _ib_table(), floor, nodes=2, gdrdma=True)
+    assert mixed["measured"]["busbw_gbs"] == 2.84 > floor["floor_gbs"]
+    assert (mixed["status"], mixed["reason"]) == (
+        "failed",
+        "GPUDirect RDMA expected (Network Operator RDMA device, nvidia-peermem) but not in use: NCCL says "
+        "GPU Direct RDMA Disabled for HCA mlx5_0, mlx5_1 (is nvidia-peermem loaded on every node?)",
+    )
+    plain = "x NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0\n"
+    half = N.all_reduce_check(_ib_table() + log(GDRDMA) + plain, floor, nodes=2, gdrdma=True)
+    assert "1 of 13 NET/IB channels without /GDRDMA" in half["reason"]
+    # One node never asks for GPUDirect RDMA.
+    one = N.all_reduce_check(log(TABLE), a100_one_node_floor(), nodes=1, require_debug=False, gdrdma=True)
+    assert one["status"] == "passed"
+
+
 def test_the_filters() -> None:
     filters = collection_module("filter.nccl_log").FilterModule().filters()
     assert filters["nccl_log_parse"](log(IB))["busbw_gbs"] == 2.84
     check = filters["nccl_log_check"](log(IB), p40_roce_multi_node_floor(), 2, "nccl_all_reduce:multi_node")
     assert check["status"] == "passed"
+    # gdrdma as the role passes it (a Jinja bool, or its string form).
+    for expected in (True, "true", "True"):
+        gdr = filters["nccl_log_check"](log(IB), p40_roce_multi_node_floor(), 2, None, True, expected)
+        assert gdr["status"] == "failed", expected
+    assert (
+        filters["nccl_log_check"](log(IB), p40_roce_multi_node_floor(), 2, None, True, "false")["status"]
+        == "passed"
+    )
 
 
 def test_every_fixture_is_covered_and_sourced() -> None:
     names = {p.name for p in NCCL.glob("*.txt")}
-    assert names == {IB, TABLE, P2P, SOCKET}
+    assert names == {IB, TABLE, P2P, SOCKET, GDRDMA, GDR_DISABLED}
     sources = (NCCL / "SOURCES.md").read_text()
     assert all(f"`{name}`" in sources for name in names)
 
@@ -209,6 +276,8 @@ INVENTORIES = {
     "dra-kueue-rdma": DATA / "inventories" / "dra-kueue-rdma",
 }
 IMAGE = "registry.example.internal/hpc/nccl-tests:2.13.11-cuda12.6"
+PINS = yaml.safe_load((REPO / "versions.yml").read_text(encoding="utf-8"))["gpubring_versions"]
+ALL_REDUCE_PERF = PINS["nccl_tests"]["all_reduce_perf"]
 
 
 @pytest.fixture(scope="module")
@@ -257,7 +326,7 @@ def test_one_node_jobs_validate_at_the_pinned_kubernetes(
     assert [j["metadata"]["annotations"]["gpubring.io/fabric-node"] for j in jobs] == plan_for(inv)["nodes"]
     for job in jobs:
         (container,) = job["spec"]["template"]["spec"]["containers"]
-        assert container["command"] == ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
+        assert container["command"] == [ALL_REDUCE_PERF, "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
         assert {"name": "NCCL_DEBUG", "value": "INFO"} in container["env"]
         assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
         assert container["image"] == IMAGE
@@ -280,7 +349,7 @@ def test_mpijob_structure_with_rdma(inventories: dict[str, Inventory]) -> None:
     )
     (launcher,) = specs["Launcher"]["template"]["spec"]["containers"]
     assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "16"]
-    assert launcher["command"][-9:] == ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
+    assert launcher["command"][-9:] == [ALL_REDUCE_PERF, "-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
     assert "NCCL_DEBUG=INFO" in launcher["command"] and "limits" not in launcher["resources"]
     worker = specs["Worker"]["template"]
     (container,) = worker["spec"]["containers"]
@@ -325,7 +394,10 @@ def test_the_mpijob_validates_against_the_mpi_operators_crd(inventories: dict[st
 def test_defaults_follow_the_network_operator(inventories: dict[str, Inventory]) -> None:
     prod = releases.host_variables(inventories["prod"], None, ("fabric_test",))
     rdma = releases.host_variables(inventories["dra-kueue-rdma"], None, ("fabric_test",))
-    assert prod["fabric_test_enabled"] is False and prod["fabric_test_image"] == ""
+    assert prod["fabric_test_enabled"] is False
+    assert prod["fabric_test_image"] == PINS["nccl_tests"]["image"] == rdma["fabric_test_image"]
     assert prod["fabric_test_rdma"] is False and rdma["fabric_test_rdma"] is True
+    # GPUDirect RDMA is expected with the Network Operator's RDMA device (and nvidia-peermem not turned off).
+    assert prod["fabric_test_gdrdma"] is False and rdma["fabric_test_gdrdma"] is True
     assert rdma["fabric_test_rdma_resource"] == "rdma/rdma_shared_device_a"
     assert [n["name"] for n in rdma["fabric_test_networks"]] == ["rdma-roce", "rdma-ib"]

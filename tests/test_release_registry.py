@@ -84,8 +84,13 @@ def test_every_chart_pin_of_versions_yml_has_a_release() -> None:
 def test_the_derived_list_is_the_hand_kept_one_it_replaces() -> None:
     """Same releases, same pins; the order is now the one the platform phase applies them in."""
     pins = upgrade.release_pins()
-    assert pins == OLD_UPGRADE_RELEASES
-    assert list(pins)[:2] == ["kube-prometheus-stack", "prometheus-adapter"]  # monitoring first
+    # Every release the hand list had, under the same pin (releases added since come on top of it).
+    assert {name: pins.get(name) for name in OLD_UPGRADE_RELEASES} == OLD_UPGRADE_RELEASES
+    # storage and MetalLB first (Prometheus' claim binds to the storage class), then monitoring, before
+    # the GPU Operator (whose DCGM ServiceMonitor needs monitoring's CRDs)
+    names = list(pins)
+    assert names[:2] == ["local-path-provisioner", "metallb"]
+    assert names.index("kube-prometheus-stack") < names.index("prometheus-adapter") < names.index("gpu-operator")
 
 
 def test_the_cni_releases_are_declared_but_not_upgraded() -> None:
@@ -110,7 +115,7 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def add_pin(root: Path, pin_yaml: str = '  kuberay:\n    chart: "1.4.2"\n') -> None:
+def add_pin(root: Path, pin_yaml: str = '  fakeop:\n    chart: "1.4.2"\n') -> None:
     versions = root / "versions.yml"
     text = versions.read_text(encoding="utf-8")
     assert "\ngpubring_versions:\n" in text
@@ -118,51 +123,53 @@ def add_pin(root: Path, pin_yaml: str = '  kuberay:\n    chart: "1.4.2"\n') -> N
 
 
 def add_release(
-    root: Path, *, listed: bool = True, version: str = "{{ schedulers_kuberay_chart_version | to_json }}"
+    root: Path, *, listed: bool = True, version: str = "{{ schedulers_fakeop_chart_version | to_json }}"
 ) -> None:
-    """The KubeRay operator as a fourth release of the schedulers role, the way the others are."""
+    """A fake operator as a fourth release of the schedulers role, the way the others are."""
     role = root / "roles" / "schedulers"
-    folder = role / "templates" / "releases" / "kuberay"
+    folder = role / "templates" / "releases" / "fakeop"
     folder.mkdir()
     (folder / "release.yml.j2").write_text(
-        "enabled: {{ schedulers_kuberay_enabled | bool | to_json }}\n"
-        "name: kuberay-operator\n"
-        "chart: kuberay-operator\n"
+        "enabled: {{ schedulers_fakeop_enabled | bool | to_json }}\n"
+        "name: fakeop-operator\n"
+        "chart: fakeop-operator\n"
         f"version: {version}\n"
-        "repo: https://ray-project.github.io/kuberay-helm/\n"
-        "namespace: {{ schedulers_kuberay_namespace | to_json }}\n"
+        "repo: https://charts.example.org/\n"
+        "namespace: {{ schedulers_fakeop_namespace | to_json }}\n"
         "values_overrides: {}\n",
         encoding="utf-8",
     )
     with (role / "defaults" / "main.yml").open("a", encoding="utf-8") as defaults:
         defaults.write(
-            "schedulers_kuberay_enabled: false\n"
-            "schedulers_kuberay_namespace: kuberay-system\n"
-            'schedulers_kuberay_chart_version: "{{ gpubring_matrix.kuberay.chart }}"\n'
+            "schedulers_fakeop_enabled: false\n"
+            "schedulers_fakeop_namespace: fakeop-system\n"
+            'schedulers_fakeop_chart_version: "{{ gpubring_matrix.fakeop.chart }}"\n'
         )
     if listed:
         with (role / "vars" / "main.yml").open("a", encoding="utf-8") as variables:
-            variables.write("  - kuberay\n")
+            variables.write("  - fakeop\n")
 
 
 def test_a_new_release_unknown_to_the_hand_list_fails_the_check(project: Path) -> None:
     add_pin(project)
     add_release(project)
-    # The check against the list the upgrade kept by hand: the new release is named.
-    assert unknown_to_upgrade(project, OLD_UPGRADE_RELEASES) == [
-        "kuberay-operator (roles/schedulers, pin kuberay.chart): the upgrade knows nothing of it"
+    # The check against the list derived from the project without it: the new release is named.
+    assert unknown_to_upgrade(project, upgrade.release_pins(REPO)) == [
+        "fakeop-operator (roles/schedulers, pin fakeop.chart): the upgrade knows nothing of it"
     ]
     # The derived list has it, after the schedulers the role declares before it.
     pins = upgrade.release_pins(project)
     assert unknown_to_upgrade(project, pins) == []
-    assert list(pins)[-3:] == ["kueue", "kuberay-operator", "nvidia-dra-driver-gpu"]
-    assert pins["kuberay-operator"] == "kuberay.chart"
+    names = list(pins)
+    at = names.index("fakeop-operator")
+    assert names[at - 1 : at + 2] == ["kueue", "fakeop-operator", "nvidia-dra-driver-gpu"]
+    assert pins["fakeop-operator"] == "fakeop.chart"
     assert pins_without_release(project) == []
 
 
 def test_a_chart_pin_without_a_release_fails_the_check(project: Path) -> None:
     add_pin(project)
-    assert pins_without_release(project) == ["kuberay.chart"]
+    assert pins_without_release(project) == ["fakeop.chart"]
 
 
 def test_a_release_folder_the_role_does_not_list_is_refused(project: Path) -> None:
@@ -171,20 +178,20 @@ def test_a_release_folder_the_role_does_not_list_is_refused(project: Path) -> No
     with pytest.raises(catalog.CatalogError) as caught:
         catalog.declared_releases(project)
     assert caught.value.where == "roles/schedulers/vars/main.yml"
-    assert "__schedulers_releases" in caught.value.message and "kuberay" in caught.value.message
+    assert "__schedulers_releases" in caught.value.message and "fakeop" in caught.value.message
 
 
 def test_a_chart_version_that_reads_no_pin_is_refused(project: Path) -> None:
     add_release(project, version='"1.4.2"')
     with pytest.raises(catalog.CatalogError) as caught:
         catalog.declared_releases(project)
-    assert caught.value.where == "roles/schedulers/templates/releases/kuberay/release.yml.j2"
+    assert caught.value.where == "roles/schedulers/templates/releases/fakeop/release.yml.j2"
     assert "exactly one pin of versions.yml" in caught.value.message and "reads none" in caught.value.message
 
 
 def test_a_version_whose_pin_is_missing_is_refused(project: Path) -> None:
-    add_release(project)  # reads gpubring_matrix.kuberay.chart, which versions.yml does not have
+    add_release(project)  # reads gpubring_matrix.fakeop.chart, which versions.yml does not have
     with pytest.raises(catalog.CatalogError) as caught:
         catalog.declared_releases(project)
-    assert caught.value.where == "roles/schedulers/templates/releases/kuberay/release.yml.j2"
-    assert caught.value.message == "version: reads gpubring_matrix.kuberay, which versions.yml does not pin"
+    assert caught.value.where == "roles/schedulers/templates/releases/fakeop/release.yml.j2"
+    assert caught.value.message == "version: reads gpubring_matrix.fakeop, which versions.yml does not pin"

@@ -294,6 +294,9 @@ def test_recorded_run() -> None:
         "gang_held_kai": "skipped",
         "inference_gateway_weighted": "skipped",
         "inference_gateway_header": "skipped",
+        # Recorded before KubeRay existed: off (tests/test_kuberay_verdicts.py runs them).
+        "kuberay_webhook_rejects": "skipped",
+        "kuberay_recreates": "skipped",
     }
     # The partner of verify-pair-1 is the first verify-gpu-* pod of its node: verify-gpu-rdma-1.
     assert checks["distinct_gpus"]["output"] == {

@@ -60,6 +60,8 @@ NOT_RELEASES: tuple[tuple[str, str], ...] = (
     ("network_operator.chart", "network-operator-{}-nv-ipam-crds"),
     # Flannel is applied from its manifest (roles/cni/tasks/flannel.yml), not as a Helm release.
     ("cni.flannel", "flannel-v{}"),
+    # The MPI operator is applied from its release manifest (roles/mpi_operator), not a chart.
+    ("mpi_operator.version", "mpi-operator-v{}"),
 )
 
 # Charts kept under $GPUBRING_UPSTREAM_DIR/charts in a folder of another name (charts/SOURCES.md):

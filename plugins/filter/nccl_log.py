@@ -9,7 +9,7 @@ Filters (FQCN gpubring.core.<name>):
 
 nccl_log_parse(log) -> {rows, sizes, largest, busbw_gbs, avg_busbw_gbs, out_of_bounds, wrong,
                         nccl_version, ranks, transport}
-nccl_log_check(log, floor, nodes=1, name=None, require_debug=True)
+nccl_log_check(log, floor, nodes=1, name=None, require_debug=True, gdrdma=False)
     -> {name, status: passed|failed|skipped, expected, measured, reason}
 """
 
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible_collections.gpubring.core.plugins.module_utils import nccl_log as N
 
 
@@ -26,8 +27,13 @@ def parse(log: Any) -> dict[str, Any]:
     return N.parse_all_reduce_log(str(log or ""))
 
 
-def check(
-    log: Any, floor: Any = None, nodes: Any = 1, name: Any = None, require_debug: Any = True
+def check(  # noqa: PLR0917 (a Jinja filter: its arguments come positionally)
+    log: Any,
+    floor: Any = None,
+    nodes: Any = 1,
+    name: Any = None,
+    require_debug: Any = True,
+    gdrdma: Any = False,
 ) -> dict[str, Any]:
     if floor is not None and not isinstance(floor, dict):
         raise AnsibleFilterError(
@@ -40,6 +46,7 @@ def check(
             nodes=int(nodes),
             name=str(name) if name else None,
             require_debug=bool(require_debug),
+            gdrdma=boolean(gdrdma, strict=True),
         )
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError(f"nccl_log_check: {exc}") from None

@@ -15,6 +15,15 @@ Two things are read from one log:
   (``via NET/IB/0/GDRDMA``, ``via NET/Socket/0``, ``via P2P/IPC``, ``via P2P/CUMEM``, ``via P2P/direct
   pointer``, ``via SHM``, ``via NVLS``) and the NICs NCCL opened (``NET/IB : Using [0]mlx5_0:1/IB``).
 
+GPUDirect RDMA is read from the channel lines NCCL prints when it sets up a network connection
+(NVIDIA/nccl src/transport/net.cc, sendSetup/recvSetup, as the stored index holds it at 022c022a):
+``"Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s"`` with ``"/GDRDMA"`` when
+``req.useGdr`` (then ``"(PCI)"`` when the mode is ncclTopoGdrModePci) and ``"/Shared"``; a proxied
+(PXN) send prints ``NET/%s/%d(%d)`` with the proxy rank; ``[receive]`` lines the same. A channel
+``via NET/IB/0`` without ``/GDRDMA`` stages the data through host memory, and NCCL also says
+``NET/IB : GPU Direct RDMA Disabled for HCA <n> '<dev>'`` when the NIC cannot reach GPU memory
+(nvidia-peermem not loaded, no DMA-BUF).
+
 A ``NET/Socket : Using ...`` line alone is no fallback: NCCL always opens a socket interface for
 its bootstrap and out-of-band traffic; the data path is what ``Using network`` and the channel lines
 say.
@@ -32,8 +41,9 @@ from typing import Any
 
 _USING_NETWORK_RE = re.compile(r"NCCL INFO Using network (\S+)")
 _VIA_RE = re.compile(
-    r"\bvia (NET/[^/\s]+(?:/\d+)?(?:/GDRDMA)?|P2P/[A-Za-z]+(?: pointer)?|SHM|NVLS|CollNet\S*)"
+    r"\bvia (NET/[^/\s]+(?:/\d+(?:\(\d+\))?)?(?:/GDRDMA(?:\(PCI\))?)?|P2P/[A-Za-z]+(?: pointer)?|SHM|NVLS|CollNet\S*)"
 )
+_GDR_DISABLED_RE = re.compile(r"GPU Direct RDMA Disabled for (?:GPU \S+ / )?HCA (\d+) '?([^'\s]+)'?")
 _NET_IB_USING_RE = re.compile(r"NET/IB ?: Using (.*?)(?:; OOB|$)")
 _IB_DEVICE_RE = re.compile(r"\[\d+\]([^\s:]+):(\d+)/(IB|RoCE)")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", re.M)
@@ -109,12 +119,15 @@ def parse_transport(text: str) -> dict[str, Any]:
     kinds = sorted({k for k in (_network_kind(n) for n in networks) if k})
     channels: dict[str, int] = {}
     gdrdma = False
+    net_gdrdma = 0
     for match in _VIA_RE.finditer(text):
         via = match.group(1)
         if via.startswith("NET/"):
             name = via.split("/")[1]
             key = "NET/" + (_network_kind(name) or name)
-            gdrdma = gdrdma or via.endswith("/GDRDMA")
+            with_gdr = "/GDRDMA" in via
+            gdrdma = gdrdma or with_gdr
+            net_gdrdma += with_gdr and key == "NET/IB"
         elif via.startswith("P2P/"):
             key = "P2P/" + via.split("/")[1].split()[0]
         else:
@@ -127,6 +140,7 @@ def parse_transport(text: str) -> dict[str, Any]:
             if entry not in devices:
                 devices.append(entry)
     gdrdma = gdrdma or "GPU Direct RDMA Enabled" in text
+    gdr_disabled = sorted({m.group(2) for m in _GDR_DISABLED_RE.finditer(text)})
     if len(kinds) == 1:
         network = kinds[0]
     elif "Socket" in kinds:  # ranks disagree: the worst one decides
@@ -150,6 +164,9 @@ def parse_transport(text: str) -> dict[str, Any]:
         "shm_channels": channels.get("SHM", 0),
         "nvls": channels.get("NVLS", 0) > 0 or "NVLS multicast support is available" in text,
         "gdrdma": gdrdma,
+        "gdrdma_channels": net_gdrdma,
+        "ib_plain_channels": channels.get("NET/IB", 0) - net_gdrdma,
+        "gdr_disabled": gdr_disabled,
         "ib_devices": devices,
         "no_ib_device": "NET/IB : No device found" in text,
     }
@@ -193,6 +210,34 @@ def _check(
     return {"name": name, "status": status, "expected": expected, "measured": measured, "reason": reason}
 
 
+def gdrdma_problem(transport: dict[str, Any]) -> str | None:
+    """Why a multi-node run expected to use GPUDirect RDMA did not, or None: every NET/IB channel line
+    must end in /GDRDMA (net.cc prints it when req.useGdr), none plain, and NCCL must not say
+    ``GPU Direct RDMA Disabled`` for an HCA. No NET/IB channel line at all: it cannot be told (the
+    lines come with NCCL_DEBUG=INFO; NCCL_DEBUG_SUBSYS must keep INIT or NET)."""
+    disabled = transport.get("gdr_disabled") or []
+    plain = transport.get("ib_plain_channels") or 0
+    with_gdr = transport.get("gdrdma_channels") or 0
+    problems = []
+    if disabled:
+        problems.append(f"NCCL says GPU Direct RDMA Disabled for HCA {', '.join(disabled)}")
+    if plain:
+        problems.append(
+            f"{plain} of {plain + with_gdr} NET/IB channels without /GDRDMA (data staged through host memory)"
+        )
+    if not problems and not with_gdr:
+        problems.append(
+            "no NET/IB channel line (via NET/IB/<dev>/GDRDMA) in the log: GPUDirect RDMA cannot be told"
+        )
+    if not problems:
+        return None
+    return (
+        "GPUDirect RDMA expected (Network Operator RDMA device, nvidia-peermem) but not in use: "
+        + "; ".join(problems)
+        + " (is nvidia-peermem loaded on every node?)"
+    )
+
+
 def transport_problem(transport: dict[str, Any], nodes: int, require_debug: bool = True) -> str | None:
     """Why the transport of a run is not the one a healthy fabric uses, or None.
 
@@ -230,11 +275,13 @@ def all_reduce_check(
     nodes: int = 1,
     name: str | None = None,
     require_debug: bool = True,
+    gdrdma: bool = False,
 ) -> dict[str, Any]:
     """The verdict of one all_reduce_perf run against its gpu_expect floor (nccl_one_node or
     nccl_multi_node: {floor_gbs, theoretical_gbs, limited_by, reason}).
 
-    failed: a transport problem (transport_problem), even when the bandwidth passes; no result row;
+    failed: a transport problem (transport_problem), even when the bandwidth passes; on N nodes with
+    ``gdrdma`` (GPUDirect RDMA expected), a channel without GDRDMA (gdrdma_problem); no result row;
     wrong values; busbw of the largest size below floor_gbs (every problem found is in the reason).
     skipped: the floor is unknown (its reason is given). passed otherwise."""
     parsed = parse_all_reduce_log(text or "")
@@ -245,7 +292,15 @@ def all_reduce_check(
         "min_busbw_gbs": floor.get("floor_gbs"),
         "theoretical_gbs": floor.get("theoretical_gbs"),
         "limited_by": floor.get("limited_by"),
-        "transport": "NET/IB (InfiniBand or RoCE)" if nodes > 1 else "P2P (NVLink or PCIe) or NVLS",
+        "transport": (
+            (
+                "NET/IB with GPUDirect RDMA (via NET/IB/<dev>/GDRDMA)"
+                if gdrdma
+                else "NET/IB (InfiniBand or RoCE)"
+            )
+            if nodes > 1
+            else "P2P (NVLink or PCIe) or NVLS"
+        ),
     }
     largest = parsed["largest"]
     measured = {
@@ -255,6 +310,7 @@ def all_reduce_check(
         "network": transport["network"],
         "channels": transport["channels"],
         "gdrdma": transport["gdrdma"],
+        "gdrdma_channels": transport["gdrdma_channels"],
         "ib_devices": [d["device"] for d in transport["ib_devices"]],
         "nccl_version": parsed["nccl_version"],
         "ranks": parsed["ranks"],
@@ -263,6 +319,8 @@ def all_reduce_check(
     problem = transport_problem(transport, nodes, require_debug)
     if problem:
         problems.append(problem)
+    elif nodes > 1 and gdrdma and transport.get("debug") and (gdr := gdrdma_problem(transport)):
+        problems.append(gdr)
     if not parsed["rows"]:
         problems.append("no all_reduce_perf result row in the log")
     elif parsed["wrong"] or (parsed["out_of_bounds"] or 0) > 0:

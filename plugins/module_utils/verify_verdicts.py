@@ -29,6 +29,7 @@ from typing import Any
 
 from ansible_collections.gpubring.core.plugins.module_utils import (
     verify_autoscaling,
+    verify_controller,
     verify_inference,
     verify_scheduling,
 )
@@ -60,6 +61,8 @@ CHECK_NAMES = (
     "service_monitor_scrape",
     "inference_gateway_weighted",  # plugins/module_utils/verify_inference.py
     "inference_gateway_header",
+    "kuberay_webhook_rejects",  # plugins/module_utils/verify_controller.py
+    "kuberay_recreates",
 )
 
 _MISSING: Any = object()
@@ -470,4 +473,5 @@ def verify_checks(gathered: Mapping[str, Any], settings: Mapping[str, Any]) -> l
         *verify_scheduling.scheduling_checks(gathered, settings),
         *verify_autoscaling.autoscaling_checks(gathered, settings),
         *verify_inference.inference_checks(gathered, settings),
+        *verify_controller.controller_checks(gathered, settings),
     ]
