@@ -38,6 +38,7 @@ ALL_ON_KINDS = {
     "prometheus-adapter.yaml": {"Deployment", "APIService"},
     "gpu-alerts.yaml": {"Namespace", "PrometheusRule", "ServiceMonitor"},
     "kube-prometheus-stack.yaml": {"Namespace"},
+    "teams.yaml": {"PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy"},
 }
 
 
