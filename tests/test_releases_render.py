@@ -94,6 +94,7 @@ def test_mig_and_time_slicing_variant(plans: dict[str, Any]) -> None:
         "gpu-alerts",
         "prometheus-adapter",
         "gpu-operator",
+        "teams",  # the GPU PriorityClasses, applied with any scheduler (roles/teams)
         "volcano",
         "kai-scheduler",
     ]
@@ -146,6 +147,7 @@ def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
         "prometheus-adapter",
         "gpu-operator",
         "network-operator",
+        "teams",
         "kueue",
         "nvidia-dra-driver-gpu",
     ]
@@ -189,7 +191,11 @@ def test_dra_kueue_rdma_variant(plans: dict[str, Any]) -> None:
     # Kueue: a flavor per GPU model, one ClusterQueue with every flavor's quota, a LocalQueue per team.
     kueue = releases["kueue"]
     kinds = [o["kind"] for o in kueue.manifests]
-    assert kinds == ["ResourceFlavor", "ResourceFlavor", "ClusterQueue", "LocalQueue", "LocalQueue"]
+    # gpubring_priority_classes first, as Kueue WorkloadPriorityClasses (roles/teams applies the classes).
+    assert kinds == [
+        *["WorkloadPriorityClass"] * 4,
+        *["ResourceFlavor", "ResourceFlavor", "ClusterQueue", "LocalQueue", "LocalQueue"],
+    ]
     (queue,) = [o for o in kueue.manifests if o["kind"] == "ClusterQueue"]
     (group,) = queue["spec"]["resourceGroups"]
     assert group["coveredResources"] == ["cpu", "memory", "nvidia.com/gpu"]
@@ -295,7 +301,8 @@ def test_custom_resources_match_the_upstream_crds(plans: dict[str, Any]) -> None
     kinds = set()
     for inventory, release, obj in _objects(plans):
         if (obj["apiVersion"], obj["kind"]) not in crds:
-            assert "." not in obj["apiVersion"].split("/")[0], (
+            group = obj["apiVersion"].split("/")[0]
+            assert "." not in group or group.endswith(".k8s.io"), (
                 f"{inventory} {release}: no upstream CRD for {obj['kind']}"
             )
             continue
