@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 import yaml
 
+import test_chart_render as chart_render
 import upstream
-from gpubring.inventory import Inventory, load_inventory
-from gpubring.releases import plan_releases, render_template
+from gpubring.inventory import Inventory
+from gpubring.releases import render_template
 from helpers import DATA, REPO, module_utils
 
 C = module_utils("verify_controller")
@@ -32,15 +33,16 @@ PINS = yaml.safe_load((REPO / "versions.yml").read_text(encoding="utf-8"))["gpub
 
 @pytest.fixture(scope="module")
 def all_on() -> Inventory:
-    return load_inventory(ALL_ON)
+    return chart_render.plan("all-on")[0]
 
 
-def _release(inv: Inventory, name: str) -> Any:
-    return next(r for r in plan_releases(inv) if r.name == name)
+def _release(name: str) -> Any:
+    """The release as `plan` renders it for the all-on inventory (test_chart_render's cached plan)."""
+    return next(r for r in chart_render.plan("all-on")[1] if r.name == name)
 
 
 def test_the_release_is_the_pinned_chart_and_waits_for_its_deployment(all_on: Inventory) -> None:
-    release = _release(all_on, "kuberay-operator")
+    release = _release("kuberay-operator")
     assert (release.chart, release.version) == ("kuberay-operator", PINS["kuberay"]["chart"])
     assert release.repo == PINS["kuberay"]["chart_repo"]
     (ready,) = release.ready
@@ -67,8 +69,7 @@ def test_the_release_is_the_pinned_chart_and_waits_for_its_deployment(all_on: In
 
 
 def test_off_by_default() -> None:
-    sample = load_inventory(REPO / "inventories" / "prod")
-    assert "kuberay-operator" not in {r.name for r in plan_releases(sample)}
+    assert "kuberay-operator" not in {r.name for r in chart_render.plan("prod")[1]}
 
 
 # -- the verify test's RayClusters ----------------------------------------------------------------

@@ -19,12 +19,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import test_chart_render as chart_render
 import upstream
 from _render import schema_version, without_nulls
 from gpubring.app import app
 from gpubring.inventory import Inventory, load_inventory
 from gpubring.model import InventoryError
-from gpubring.releases import plan_releases, render_template
+from gpubring.releases import render_template
 from gpubring.validation.checks import fabric_mpi
 from helpers import DATA, REPO
 
@@ -44,7 +45,7 @@ def manifest() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def all_on() -> Inventory:
-    return load_inventory(DATA / "inventories" / "all-on")
+    return chart_render.plan("all-on")[0]
 
 
 def test_the_release_applies_the_manifest_but_its_crd_and_waits_for_the_deployment(all_on: Inventory) -> None:
@@ -67,7 +68,7 @@ def test_the_release_applies_the_manifest_but_its_crd_and_waits_for_the_deployme
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{obj['kind']}/{obj['metadata']['name']}: {exc.message}")
     # What `plan` says the run waits for is the manifest's Deployment, in the release's namespace.
-    release = next(r for r in plan_releases(all_on) if r.name == "mpi-operator")
+    release = next(r for r in chart_render.plan("all-on")[1] if r.name == "mpi-operator")
     assert (release.chart, release.namespace) == ("", "mpi-operator")
     (ready,) = release.ready
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
