@@ -189,7 +189,8 @@ def scheduling_failed(data: dict[str, Any]) -> None:
         "nvidia_devices": ["nvidia0", "nvidiactl"], "uuids": ["GPU-x"], "uuid_count": 1,
     }  # fmt: skip
     for scheduler in ("volcano", "kueue", "kai"):
-        data[f"__verify_held_{scheduler}"] = _pods(f"held-{scheduler}", "Running", "Pending", "Pending")
+        # The gang of two pods that cannot fit on gpu-01 (gpu-02 has no allocatable GPU here).
+        data[f"__verify_held_{scheduler}"] = _pods(f"held-{scheduler}", "Running", "Pending")
     data["__verify_kai_job"] = {"resources": [{"status": {"ready": 1, "active": 3}}]}
     data["__verify_dra_claim"] = {
         "resources": [{"status": {"allocation": {"devices": {"results": [
@@ -352,10 +353,10 @@ def test_every_check_fails_with_its_reason() -> None:
         "dra_claim_allocated": (
             "allocated a device that no ResourceSlice of a DRA node publishes: gpu-09/gpu-0"
         ),
-        "gang_held_volcano": "started 1 of 3: verify-held-volcano-worker-0",
-        "gang_held_kueue": "started 1 of 3: verify-held-kueue-worker-0",
+        "gang_held_volcano": "started 1 of 2: verify-held-volcano-worker-0",
+        "gang_held_kueue": "started 1 of 2: verify-held-kueue-worker-0",
         "gang_kai": "ready 1 of 3",
-        "gang_held_kai": "started 1 of 3: verify-held-kai-worker-0",
+        "gang_held_kai": "started 1 of 2: verify-held-kai-worker-0",
         "resource_metrics": "no NodeMetrics (cpu, memory) for gpu-02",
         "hpa_gpu_metric": "custom.metrics.k8s.io returns no pod_gpu_utilization for a pod of verify-hpa-gpu",
         "service_monitor_scrape": (
