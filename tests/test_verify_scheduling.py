@@ -126,7 +126,7 @@ def test_everything_passes() -> None:
     }  # fmt: skip
     assert result["gang_held_volcano"]["expected"] == (
         "Volcano starts none of the 3 pods of verify-held-volcano, a gang that cannot fit on gpu-01, gpu-02"
-        " (8 nvidia.com/gpu per pod), for 60 s"
+        " (5 nvidia.com/gpu per pod), for 60 s"
     )
     assert result["dra_claim_allocated"]["output"] == {
         "devices": [{"driver": "gpu.nvidia.com", "pool": "gpu-03", "device": "gpu-1"}],
@@ -251,9 +251,10 @@ def test_visible_devices_skips_where_no_pod_carried_the_variable() -> None:
 
 
 def test_the_held_gang_is_sized_from_the_plan() -> None:
+    # More than half the largest node (8 GPUs): 5 per pod, so gpu-01 holds one and gpu-02 (4) none.
     assert S.held_gang(PLAN) == {
         "resource": "nvidia.com/gpu",
-        "gpus": 8,
+        "gpus": 5,
         "nodes": ["gpu-01", "gpu-02"],
         "pods": 3,
     }
@@ -263,10 +264,12 @@ def test_the_held_gang_is_sized_from_the_plan() -> None:
     ]
     assert S.held_gang(mixed) == {
         "resource": "nvidia.com/mig-1g.10gb",
-        "gpus": 14,
+        "gpus": 8,
         "nodes": ["mig-1"],
         "pods": 2,
     }
+    one = [{"node": "gpu-05", "resource": "nvidia.com/gpu", "allocatable": 1}]
+    assert S.held_gang(one) == {"resource": "nvidia.com/gpu", "gpus": 1, "nodes": ["gpu-05"], "pods": 2}
     # A node without allocatable GPUs (resource '') does not count; no such node at all: no gang.
     assert S.held_gang([{"node": "gpu-09", "resource": "", "allocatable": 0}]) == {
         "resource": "", "gpus": 0, "nodes": [], "pods": 0,

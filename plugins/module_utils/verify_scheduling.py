@@ -44,16 +44,17 @@ _STARTED = ("Running", "Succeeded")
 
 def held_gang(plan: Any) -> dict[str, Any]:
     """The gang that cannot fit, from the plan's allocatable (__verify_plan: [{node, resource,
-    allocatable, rdma}]): the GPU resource of the node with the most allocatable, that many GPUs per pod,
-    pinned to the nodes that offer that resource, one pod more than there are such nodes. No node can
-    hold two of its pods and one node is missing, whatever the smaller nodes hold. Without a
-    device-plugin GPU node: nodes empty (no such gang)."""
+    allocatable, rdma}]): the GPU resource of the node with the most allocatable (A), more than half of A
+    per pod (A // 2 + 1), pinned to the nodes that offer that resource, one pod more than there are such
+    nodes. No node can hold two of its pods, so never all of them run; yet one pod alone fits a node
+    beside the smoke-test pods (one or two GPUs each node): a scheduler without gangs would start some,
+    which is what the test tells apart. Without a device-plugin GPU node: nodes empty (no such gang)."""
     offered = [p for p in plan or [] if isinstance(p, Mapping) and p.get("resource")]
     if not offered:
         return {"resource": "", "gpus": 0, "nodes": [], "pods": 0}
     top = max(offered, key=lambda p: _v()._int(p.get("allocatable")))
     nodes = [str(p.get("node")) for p in offered if p.get("resource") == top["resource"]]
-    return {"resource": top["resource"], "gpus": _v()._int(top.get("allocatable")), "nodes": nodes,
+    return {"resource": top["resource"], "gpus": _v()._int(top.get("allocatable")) // 2 + 1, "nodes": nodes,
             "pods": len(nodes) + 1}  # fmt: skip
 
 
