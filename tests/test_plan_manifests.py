@@ -39,6 +39,9 @@ ALL_ON_KINDS = {
     "gpu-alerts.yaml": {"Namespace", "PrometheusRule", "ServiceMonitor"},
     "kube-prometheus-stack.yaml": {"Namespace"},
     "teams.yaml": {"PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy"},
+    "kuberay-operator.yaml": {"CustomResourceDefinition", "Deployment"},
+    # No chart: plan writes the release's own objects; the manifest is read by a run (roles/mpi_operator).
+    "mpi-operator.yaml": {"Namespace"},
 }
 
 
