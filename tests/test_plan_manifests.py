@@ -40,6 +40,7 @@ ALL_ON_KINDS = {
     "kube-prometheus-stack.yaml": {"Namespace"},
     "teams.yaml": {"PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy"},
     "kuberay-operator.yaml": {"CustomResourceDefinition", "Deployment"},
+    "gateway-helm.yaml": {"CustomResourceDefinition", "Deployment", "GatewayClass", "Gateway"},
     # No chart: plan writes the release's own objects; the manifest is read by a run (roles/mpi_operator).
     "mpi-operator.yaml": {"Namespace"},
 }
