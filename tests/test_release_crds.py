@@ -94,8 +94,9 @@ def test_the_two_releases_that_need_it(releases: list[Release]) -> None:
     """Pinned today: these charts keep CRDs in crds/ with no hook; the others do not need it (Calico's
     operator chart has none from v3.32)."""
     marked = {r.name for r in releases if r.upgrade_crds}
-    # kuberay-operator v1.7.0 keeps its four CRDs in crds/ too (roles/kuberay).
-    assert marked == {"nvidia-dra-driver-gpu", "kube-prometheus-stack", "kuberay-operator"}
+    # kuberay-operator v1.7.0 keeps its four CRDs in crds/ too (roles/kuberay); gateway-helm v1.9.0 its
+    # crds subchart's (the Gateway API and Envoy Gateway CRDs, roles/ai_inference).
+    assert marked == {"nvidia-dra-driver-gpu", "kube-prometheus-stack", "kuberay-operator", "gateway-helm"}
 
 
 def test_calico_crds_come_from_their_own_chart_before_the_operator(releases: list[Release]) -> None:
