@@ -50,6 +50,9 @@ SETTINGS: dict[str, Any] = {
     "verify_resource_metrics": False,
     "verify_hpa_gpu": False,
     "verify_service_monitor": False,
+    # The KubeRay test (module_utils/verify_controller.py, tests/test_kuberay_verdicts.py).
+    "verify_kuberay": False,
+    "verify_kuberay_cluster": "verify-ray",
     "verify_namespace": "gpubring-verify",
     # The inference ingress test (module_utils/verify_inference.py, tests/test_ai_inference_verify.py).
     "verify_inference": False,
@@ -165,6 +168,7 @@ def failures() -> dict[str, Any]:
     scheduling_failed(data)
     data.update(AUTOSCALING_FAILED)
     data.update(INFERENCE_FAILED)
+    data.update(KUBERAY_FAILED)
     return data
 
 
@@ -215,6 +219,17 @@ INFERENCE_FAILED: dict[str, Any] = {
     "__verify_inference_log": {
         "log": "weighted a=100 b=100 failed=0\nheader a=200 b=0 failed=0\nno_header a=200 b=0 failed=0\n"
     },
+}
+
+# The KubeRay test, on: the invalid RayCluster accepted, the deleted head Service never created again.
+KUBERAY_FAILED: dict[str, Any] = {
+    "verify_kuberay": True,
+    "__verify_kuberay_rejected": {"changed": True, "failed": False},
+    "__verify_kuberay_service": {
+        "resources": [{"metadata": {"name": "verify-ray-head-svc", "uid": "uid-1"}}]
+    },
+    "__verify_kuberay_deleted": {"changed": True},
+    "__verify_kuberay_recreated": {"resources": []},
 }
 
 
@@ -357,6 +372,12 @@ def test_every_check_fails_with_its_reason() -> None:
         "gang_held_kueue": "started 1 of 2: verify-held-kueue-worker-0",
         "gang_kai": "ready 1 of 3",
         "gang_held_kai": "started 1 of 2: verify-held-kai-worker-0",
+        "kuberay_webhook_rejects": (
+            "the API server accepted a RayCluster with spec.managedBy 'gpubring.io/not-a-manager': the "
+            "RayCluster CRD in the cluster does not carry the v1.7.0 rule on spec.managedBy (an older CRD "
+            "kept by Helm?)"
+        ),
+        "kuberay_recreates": "verify-ray-head-svc was not created again after its deletion",
         "resource_metrics": "no NodeMetrics (cpu, memory) for gpu-02",
         "hpa_gpu_metric": "custom.metrics.k8s.io returns no pod_gpu_utilization for a pod of verify-hpa-gpu",
         "service_monitor_scrape": (
@@ -437,6 +458,8 @@ def test_no_gpu_node() -> None:
         "gang_held_kueue": "Kueue is off (schedulers_kueue_enabled)",
         "gang_kai": "KAI is off (schedulers_kai_enabled)",
         "gang_held_kai": "KAI is off (schedulers_kai_enabled)",
+        "kuberay_webhook_rejects": "the KubeRay operator is off (kuberay_enabled)",
+        "kuberay_recreates": "the KubeRay operator is off (kuberay_enabled)",
         "resource_metrics": "metrics-server is off (metrics_server_enabled)",
         "hpa_gpu_metric": "prometheus-adapter is off (monitoring_enabled, monitoring_adapter)",
         "service_monitor_scrape": "kube-prometheus-stack is off (monitoring_enabled, monitoring_stack)",
