@@ -41,7 +41,13 @@ ALL_ON_KINDS = {
     "teams.yaml": {"PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy"},
     "kuberay-operator.yaml": {"CustomResourceDefinition", "Deployment"},
     "local-path-provisioner.yaml": {"Namespace", "StorageClass", "Deployment", "ConfigMap"},
-    "metallb.yaml": {"Namespace", "CustomResourceDefinition", "IPAddressPool", "L2Advertisement", "DaemonSet"},
+    "metallb.yaml": {
+        "Namespace",
+        "CustomResourceDefinition",
+        "IPAddressPool",
+        "L2Advertisement",
+        "DaemonSet",
+    },
     "gateway-helm.yaml": {"CustomResourceDefinition", "Deployment", "GatewayClass", "Gateway"},
     # No chart: plan writes the release's own objects; the manifest is read by a run (roles/mpi_operator).
     "mpi-operator.yaml": {"Namespace"},

@@ -90,7 +90,9 @@ def test_the_derived_list_is_the_hand_kept_one_it_replaces() -> None:
     # the GPU Operator (whose DCGM ServiceMonitor needs monitoring's CRDs)
     names = list(pins)
     assert names[:2] == ["local-path-provisioner", "metallb"]
-    assert names.index("kube-prometheus-stack") < names.index("prometheus-adapter") < names.index("gpu-operator")
+    assert (
+        names.index("kube-prometheus-stack") < names.index("prometheus-adapter") < names.index("gpu-operator")
+    )
 
 
 def test_the_cni_releases_are_declared_but_not_upgraded() -> None:
