@@ -99,7 +99,7 @@ def recorded() -> dict[str, Any]:
 
 # The checks this round adds to roles/verify (CHECKS.md of the round: inference gateway, metrics APIs and
 # the HPA, the ServiceMonitor scrape, KubeRay, the gang schedulers both ways, the DRA claim, the env
-# variable); the recorded run's verify role predates them.
+# variable); the recorded values (registered.yml) have none of their inputs, so the role skips them.
 ROUND_CHECKS = (
     "inference_gateway_weighted",
     "inference_gateway_header",
@@ -258,8 +258,8 @@ def test_each_minor_gets_its_own_checklist(minor: str) -> None:
         assert by_id[new]["status"] == "not-covered", by_id[new]
         assert by_id[new]["covered"] is False and by_id[new]["checks"] == []
         assert len(by_id[new]["reason"]) > len("not covered by gpubring: ") + 20
-    # The requirements all checklists share keep their evidence and results (the recorded run's verify
-    # role predates the checks this round added: those requirements are not run, naming the check).
+    # The requirements all checklists share keep their evidence and results (the checks issue 23 added are
+    # skipped in the recorded run: those requirements are not run, naming the check).
     shared = ("gang_scheduling", "accelerator_metrics", "cluster_autoscaling")
     assert {k: by_id[k]["status"] for k in shared} == {
         "gang_scheduling": "not-run",
@@ -335,8 +335,8 @@ def test_the_checklists_are_the_upstream_ones() -> None:
 
 
 def test_results_pass_fail_not_run_and_not_covered(doc: dict[str, Any]) -> None:
-    """The recorded run's verify role publishes the checks it had before this round's: a requirement whose
-    check it lacks is not run, the reason naming the check; none is passed on the checks it has."""
+    """The recorded values (registered.yml) predate the checks issue 23 added, which the role then skips
+    with their reasons: a requirement whose check was skipped is not run, the reason naming the check."""
     by_id = rows(doc)
     assert {k: v["status"] for k, v in by_id.items()} == {
         "dra_support": "not-run",
@@ -354,7 +354,7 @@ def test_results_pass_fail_not_run_and_not_covered(doc: dict[str, Any]) -> None:
     }
     assert doc["summary"] == {"passed": 1, "failed": 1, "not-run": 8, "not-applicable": 1, "not-covered": 1}
     assert by_id["accelerator_metrics"]["reason"] == "dcgm_metrics: no DCGM_FI_* sample from gpu-02"
-    # The check the recorded role lacks (or, re-recorded with the round's role, skipped without its inputs).
+    # Skipped without its recorded inputs (a run of an older role lacks it: test_conformance_product).
     assert by_id["dra_support"]["reason"].startswith("dra_claim_allocated: ")
     assert by_id["gpu_sharing"]["reason"].startswith("no tested node offers a shared or partitioned GPU")
     for row in by_id.values():
