@@ -20,6 +20,14 @@ from gpubring.validation import crosshost, specs
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
+# The sample's files that name its own node groups and GPU count: the teams' quotas (32 GPUs of four
+# nodes) and the GPU sharing per node group (gpu_infer, gpu_dev). A test that brings its own hosts.yml
+# and expects it to load drops them.
+SAMPLE_GROUP_FILES: dict[str, str | None] = {
+    "group_vars/all/teams.yml": None,
+    "group_vars/all/gpu_operator.yml": None,
+}
+
 HOSTS_ONE_CP = """\
 all:
   children:
@@ -71,7 +79,17 @@ def test_sample_inventory_validates_clean(sample_inventory: Path) -> None:
     assert inv.groups["cpu_nodes"] == ("cpu-1",)
     assert len(inv.groups["all"]) == 8
     gpu = inv.hosts["gpu-2"]
-    assert (gpu.address, gpu.port, gpu.user, gpu.groups) == ("198.51.100.22", 22, "ops", ("gpu_nodes",))
+    assert (gpu.address, gpu.port, gpu.user, gpu.groups) == (
+        "198.51.100.22",
+        22,
+        "ops",
+        ("gpu_nodes", "gpu_train"),
+    )
+    assert (inv.groups["gpu_train"], inv.groups["gpu_infer"], inv.groups["gpu_dev"]) == (
+        ("gpu-1", "gpu-2"),
+        ("gpu-3",),
+        ("gpu-4",),
+    )
     assert inv.settings["gpubring_cluster_name"] == "prod-gpu"
     assert inv.phases == ("preflight", "host", "cluster", "platform", "verify")
     assert inv.version_problems == ()
@@ -285,13 +303,15 @@ def test_two_hosts_with_one_address(make_inventory: MakeInventory) -> None:
         (make_inventory() / "hosts.yml")
         .read_text()
         .replace(
-            "gpu-2:\n          ansible_host: 198.51.100.22", "gpu-2:\n          ansible_host: 198.51.100.21"
+            "gpu-2:\n              ansible_host: 198.51.100.22",
+            "gpu-2:\n              ansible_host: 198.51.100.21",
         )
     )
     root = make_inventory({"hosts.yml": text})
     assert_bad_input(
         root,
-        "hosts.yml: all.children.gpu_nodes.hosts.gpu-2.ansible_host: expected an address no other host uses; "
+        "hosts.yml: all.children.gpu_nodes.children.gpu_train.hosts.gpu-2.ansible_host: "
+        "expected an address no other host uses; "
         "198.51.100.21 port 22 is also gpu-1's",
     )
 
@@ -304,7 +324,7 @@ all:
     control_plane: {hosts: {cp-1: {ansible_port: 2201}}}
     gpu_nodes: {hosts: {gpu-1: {ansible_port: 2202}, gpu-2: {ansible_port: 2203}}}
 """
-    inv = load_inventory(make_inventory({"hosts.yml": text}))
+    inv = load_inventory(make_inventory({"hosts.yml": text, **SAMPLE_GROUP_FILES}))
     assert [(h.address, h.port) for h in inv.hosts.values()] == [
         ("127.0.0.1", 2201),
         ("127.0.0.1", 2202),
@@ -436,6 +456,7 @@ all:
     root = make_inventory(
         {
             "hosts.yml": text,
+            **SAMPLE_GROUP_FILES,
             "group_vars/all/cluster.yml": "gpubring_cluster_name: from-group-vars\n",
             "group_vars/all/level.yml": "my_level: group-vars-all\n",
             "group_vars/gpu_nodes/level.yml": "my_level: group-vars-gpu\n",
@@ -472,7 +493,7 @@ gpu_nodes:
       hosts:
         gpu-[a:b]:2222:
 """
-    inv = load_inventory(make_inventory({"hosts.yml": text}))
+    inv = load_inventory(make_inventory({"hosts.yml": text, **SAMPLE_GROUP_FILES}))
     assert inv.groups["gpu_nodes"] == ("gpu-01", "gpu-02", "gpu-a", "gpu-b")
     assert inv.groups["control_plane"] == ("cp-1", "cp-2", "cp-3")
     assert inv.hosts["gpu-a"].port == 2222
@@ -630,7 +651,9 @@ def test_misspelt_required_group_is_pointed_out(make_inventory: MakeInventory) -
 
 
 def test_group_vars_of_an_absent_optional_group_are_allowed(make_inventory: MakeInventory) -> None:
-    root = make_inventory({"hosts.yml": HOSTS_ONE_CP, "group_vars/cpu_nodes.yml": "my_cpu_label: x\n"})
+    root = make_inventory(
+        {"hosts.yml": HOSTS_ONE_CP, "group_vars/cpu_nodes.yml": "my_cpu_label: x\n", **SAMPLE_GROUP_FILES}
+    )
     assert "cpu_nodes" not in load_inventory(root).groups
 
 
@@ -661,6 +684,7 @@ all:
     root = make_inventory(
         {
             "hosts.yml": hosts,
+            **SAMPLE_GROUP_FILES,
             "group_vars/all/level.yml": "my_level: group-vars-all\n",
             "group_vars/gpu_nodes/level.yml": "my_level: group-vars-gpu\n",
             "group_vars/h100.yml": "my_level: group-vars-h100\n",

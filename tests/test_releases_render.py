@@ -66,12 +66,46 @@ def _objects(plans: dict[str, tuple[Any, list[Release]]]) -> Iterator[tuple[str,
 
 def test_sample_renders_the_gpu_operator_with_the_host_driver(plans: dict[str, Any]) -> None:
     releases = _releases(plans, "prod")
-    assert list(releases) == ["gpu-operator"]
+    # The platform the README sells, in the platform play's order (storage before monitoring's claim).
+    assert list(releases) == [
+        "local-path-provisioner",
+        "metallb",
+        "kube-prometheus-stack",
+        "gpu-alerts",
+        "prometheus-adapter",
+        "metrics-server",
+        "gpu-operator",
+        "network-operator",
+        "teams",
+        "volcano",
+        "kai-scheduler",
+        "kueue",
+        "kuberay-operator",
+        "mpi-operator",
+        "gateway-helm",
+    ]
     gpu = releases["gpu-operator"]
     assert gpu.values["driver"] == {"enabled": False}
     assert gpu.values["toolkit"] == {"enabled": False}  # nvidia_container_toolkit_owner defaults to host
-    assert gpu.values["devicePlugin"] == {"enabled": True}  # no time-slicing: no config
-    assert gpu.values["dcgmExporter"]["serviceMonitor"]["enabled"] is False  # monitoring is off
+    # Sharing per node group: one device plugin config per group, whole GPUs on the nodes of none.
+    assert gpu.values["devicePlugin"] == {
+        "enabled": True,
+        "config": {"name": "time-slicing-config", "default": "any"},
+    }
+    (config,) = [
+        o
+        for o in gpu.objects()
+        if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "time-slicing-config"
+    ]
+    per_group = {group: yaml.safe_load(text) for group, text in config["data"].items()}
+    assert set(per_group) == {"any", "gpu_infer", "gpu_dev"}
+    assert "sharing" not in per_group["any"] and "sharing" not in per_group["gpu_infer"]
+    assert per_group["gpu_infer"]["flags"]["migStrategy"] == "mixed"
+    assert per_group["gpu_dev"]["sharing"]["timeSlicing"] == {
+        "renameByDefault": True,
+        "resources": [{"name": "nvidia.com/gpu", "replicas": 4}],
+    }
+    assert gpu.values["dcgmExporter"]["serviceMonitor"]["enabled"] is True  # monitoring is on
     assert gpu.version == plans["prod"][0].versions["gpu_operator"]["chart"]
     assert gpu.ref == "https://helm.ngc.nvidia.com/nvidia gpu-operator"
     assert gpu.ready == [
@@ -83,7 +117,13 @@ def test_sample_renders_the_gpu_operator_with_the_host_driver(plans: dict[str, A
             "why": "every operand of the ClusterPolicy (toolkit, device plugin, DCGM, validator) is ready",
         }
     ]
-    assert [o["kind"] for o in gpu.objects()] == ["Namespace"]
+    # The sharing groups' nodes are labelled with their config and MIG layout; gpu_train's are not.
+    nodes = {o["metadata"]["name"]: o["metadata"]["labels"] for o in gpu.objects() if o["kind"] == "Node"}
+    assert nodes == {
+        "gpu-3": {"nvidia.com/device-plugin.config": "gpu_infer", "nvidia.com/mig.config": "all-balanced"},
+        "gpu-4": {"nvidia.com/device-plugin.config": "gpu_dev"},
+    }
+    assert [o["kind"] for o in gpu.objects()] == ["Namespace", "ConfigMap", "Node", "Node"]
 
 
 def test_mig_and_time_slicing_variant(plans: dict[str, Any]) -> None:
@@ -293,6 +333,9 @@ def test_core_objects_validate_at_the_pinned_kubernetes(plans: dict[str, Any]) -
         "scheduling.volcano.sh",
         "scheduling.run.ai",
         "monitoring.coreos.com",
+        "metallb.io",
+        "gateway.envoyproxy.io",
+        "gateway.networking.k8s.io",
     }
 
 

@@ -293,8 +293,17 @@ def test_the_sample_sets_the_production_choices() -> None:
     )
     assert gpu["nvidia_container_toolkit_owner"] == cp["nvidia_container_toolkit_owner"] == "host"
     assert cp["containerd_source"] == "docker"  # containerd.io at the pin: CDI needs containerd >= 1.7
+    # Whole GPUs only on gpu_train: gpu_infer's are MIG devices and gpu_dev's time-sliced and renamed
+    # (nvidia.com/gpu.shared), so the flavor's and the teams' whole-GPU quotas count gpu_train's 16.
+    sharing = cp["gpu_operator_sharing"]
+    assert set(inv.groups[GPU_GROUP]) == set(inv.groups["gpu_train"]) | set(inv.groups["gpu_infer"]) | set(
+        inv.groups["gpu_dev"]
+    )
+    assert "gpu_train" not in sharing and sharing["gpu_infer"]["mig"]["strategy"] == "mixed"
+    assert sharing["gpu_dev"]["time_slicing"]["rename"] is True
     (flavor,) = cp["schedulers_kueue_flavors"]
-    assert flavor["quotas"]["nvidia.com/gpu"] == 8 * len(inv.groups[GPU_GROUP])
+    whole = 8 * len(inv.groups["gpu_train"])
+    assert flavor["quotas"]["nvidia.com/gpu"] == whole == sum(t["quota"]["gpu"] for t in cp["gpubring_teams"])
 
 
 # -- the checks catch what they are for -----------------------------------------------------------
@@ -333,7 +342,7 @@ def test_wrong_placement_description_and_defaults_are_reported(copy: Path) -> No
     text = text.replace("# rdma_kernel_modules: []", "# rdma_kernel_modles: []")
     rdma.write_text(text, encoding="utf-8")
     (copy / "group_vars/all/extra.yml").write_text(
-        "---\nrdma_peermem: never\n# Preflight.\n# preflight_min_kernel: '5.14'\n", encoding="utf-8"
+        "---\nrdma_stack: inbox\n# Preflight.\n# preflight_min_kernel: '5.14'\n", encoding="utf-8"
     )
     wrong = "\n".join(wrong_commented_entries(copy))
     assert "rdma_memlock_limit: shows 65536, but the default in rdma is 'unlimited'" in wrong
@@ -341,9 +350,9 @@ def test_wrong_placement_description_and_defaults_are_reported(copy: Path) -> No
     assert "# rdma_kernel_modles: unknown key" in wrong and "did you mean rdma_kernel_modules?" in wrong
     misplaced = misplaced_entries(copy)
     assert any(
-        m.startswith("group_vars/all/extra.yml:2: rdma_peermem (rdma) belongs in group_vars/gpu_nodes/")
+        m.startswith("group_vars/all/extra.yml:2: rdma_stack (rdma) belongs in group_vars/gpu_nodes/")
         for m in misplaced
     )
     documented = "\n".join(badly_documented_entries(copy))
-    assert "group_vars/all/extra.yml:2: rdma_peermem has no description comment right above it" in documented
-    assert "rdma_peermem has 2 entries" in documented and "preflight_min_kernel has 2 entries" in documented
+    assert "group_vars/all/extra.yml:2: rdma_stack has no description comment right above it" in documented
+    assert "rdma_stack has 2 entries" in documented and "preflight_min_kernel has 2 entries" in documented
