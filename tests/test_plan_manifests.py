@@ -28,6 +28,24 @@ KUBERNETES = str(versions.load_pinned()["kubernetes"]["version"])
 PINNED = {r.name: r.version for r in declared_releases() if r.chart}
 
 # The files of all-on and, in each, kinds its chart or gpubring's objects must bring.
+SAMPLE_RELEASES = (
+    "local-path-provisioner",
+    "metallb",
+    "kube-prometheus-stack",
+    "gpu-alerts",
+    "prometheus-adapter",
+    "metrics-server",
+    "gpu-operator",
+    "network-operator",
+    "teams",
+    "volcano",
+    "kai-scheduler",
+    "kueue",
+    "kuberay-operator",
+    "mpi-operator",
+    "gateway-helm",
+)
+
 ALL_ON_KINDS = {
     "gpu-operator.yaml": {"Namespace", "CustomResourceDefinition", "ClusterPolicy", "DaemonSet"},
     "network-operator.yaml": {"Namespace", "CustomResourceDefinition", "NicClusterPolicy", "IPPool"},
@@ -36,6 +54,7 @@ ALL_ON_KINDS = {
     "kueue.yaml": {"CustomResourceDefinition", "Deployment", "ClusterQueue", "LocalQueue", "ResourceFlavor"},
     "nvidia-dra-driver-gpu.yaml": {"CustomResourceDefinition", "DeviceClass", "DaemonSet"},
     "prometheus-adapter.yaml": {"Deployment", "APIService"},
+    "metrics-server.yaml": {"Deployment", "APIService"},
     "gpu-alerts.yaml": {"Namespace", "PrometheusRule", "ServiceMonitor"},
     "kube-prometheus-stack.yaml": {"Namespace"},
     "teams.yaml": {"PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy"},
@@ -105,13 +124,16 @@ def test_sample_writes_the_gpu_operator_in_apply_order(charts: Path, tmp_path: P
     result = run("plan", SAMPLE, "--manifests", out, "--charts", charts)
     assert result.exit_code == 0, result.output
     assert "gpu-operator.yaml" in result.output
-    assert sorted(p.name for p in out.glob("*.yaml")) == ["gpu-operator.yaml"]
+    # One file per release of the sample (inventories/prod turns the README's platform on).
+    assert sorted(p.name for p in out.glob("*.yaml")) == sorted(f"{name}.yaml" for name in SAMPLE_RELEASES)
     found = kinds(out / "gpu-operator.yaml")
-    assert found[0] == "Namespace"  # gpubring's namespace, then the chart's crds/, then its templates
-    assert found[1] == "CustomResourceDefinition"
+    # gpubring's namespace and the device plugin's config per node group (the sample's sharing), then the
+    # chart's crds/, then its templates; after them the kind Helm does not know (ClusterPolicy), then
+    # gpubring's labels of the sharing groups' nodes.
+    assert found[:3] == ["Namespace", "ConfigMap", "CustomResourceDefinition"]
     assert found.index("ServiceAccount") < found.index("ClusterRole") < found.index("DaemonSet")
-    assert found[-1] == "ClusterPolicy"  # a kind Helm does not know goes last
-    assert all(found[i] == "CustomResourceDefinition" for i in range(1, found.index("ServiceAccount")))
+    assert found[-3:] == ["ClusterPolicy", "Node", "Node"]
+    assert all(found[i] == "CustomResourceDefinition" for i in range(2, found.index("ServiceAccount")))
     policy = next(d for d in docs(out / "gpu-operator.yaml") if d["kind"] == "ClusterPolicy")
     assert policy["spec"]["driver"]["enabled"] is False  # type: ignore[index]  # the sample's values
     # Values can hold secrets: the folder is 0700, every file 0600.
