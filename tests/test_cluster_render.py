@@ -133,6 +133,9 @@ def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory
     def variant(name: str, files: Mapping[str, str]) -> Path:
         root = base / name
         shutil.copytree(SAMPLE, root, ignore=shutil.ignore_patterns(".gpubring", "README.md"))
+        if "hosts.yml" in files:  # the sample's teams and GPU sharing name its own hosts and groups
+            for rel in ("group_vars/all/teams.yml", "group_vars/all/gpu_sharing.yml"):
+                (root / rel).unlink()
         return _write(root, files)
 
     cluster = (SAMPLE / "group_vars/all/cluster.yml").read_text(encoding="utf-8")

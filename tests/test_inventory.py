@@ -20,14 +20,6 @@ from gpubring.validation import crosshost, specs
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 
-# The sample's files that name its own node groups and GPU count: the teams' quotas (32 GPUs of four
-# nodes) and the GPU sharing per node group (gpu_infer, gpu_dev). A test that brings its own hosts.yml
-# and expects it to load drops them.
-SAMPLE_GROUP_FILES: dict[str, str | None] = {
-    "group_vars/all/teams.yml": None,
-    "group_vars/all/gpu_operator.yml": None,
-}
-
 HOSTS_ONE_CP = """\
 all:
   children:
@@ -324,7 +316,7 @@ all:
     control_plane: {hosts: {cp-1: {ansible_port: 2201}}}
     gpu_nodes: {hosts: {gpu-1: {ansible_port: 2202}, gpu-2: {ansible_port: 2203}}}
 """
-    inv = load_inventory(make_inventory({"hosts.yml": text, **SAMPLE_GROUP_FILES}))
+    inv = load_inventory(make_inventory({"hosts.yml": text}))
     assert [(h.address, h.port) for h in inv.hosts.values()] == [
         ("127.0.0.1", 2201),
         ("127.0.0.1", 2202),
@@ -456,7 +448,6 @@ all:
     root = make_inventory(
         {
             "hosts.yml": text,
-            **SAMPLE_GROUP_FILES,
             "group_vars/all/cluster.yml": "gpubring_cluster_name: from-group-vars\n",
             "group_vars/all/level.yml": "my_level: group-vars-all\n",
             "group_vars/gpu_nodes/level.yml": "my_level: group-vars-gpu\n",
@@ -493,7 +484,7 @@ gpu_nodes:
       hosts:
         gpu-[a:b]:2222:
 """
-    inv = load_inventory(make_inventory({"hosts.yml": text, **SAMPLE_GROUP_FILES}))
+    inv = load_inventory(make_inventory({"hosts.yml": text}))
     assert inv.groups["gpu_nodes"] == ("gpu-01", "gpu-02", "gpu-a", "gpu-b")
     assert inv.groups["control_plane"] == ("cp-1", "cp-2", "cp-3")
     assert inv.hosts["gpu-a"].port == 2222
@@ -651,9 +642,7 @@ def test_misspelt_required_group_is_pointed_out(make_inventory: MakeInventory) -
 
 
 def test_group_vars_of_an_absent_optional_group_are_allowed(make_inventory: MakeInventory) -> None:
-    root = make_inventory(
-        {"hosts.yml": HOSTS_ONE_CP, "group_vars/cpu_nodes.yml": "my_cpu_label: x\n", **SAMPLE_GROUP_FILES}
-    )
+    root = make_inventory({"hosts.yml": HOSTS_ONE_CP, "group_vars/cpu_nodes.yml": "my_cpu_label: x\n"})
     assert "cpu_nodes" not in load_inventory(root).groups
 
 
@@ -684,7 +673,6 @@ all:
     root = make_inventory(
         {
             "hosts.yml": hosts,
-            **SAMPLE_GROUP_FILES,
             "group_vars/all/level.yml": "my_level: group-vars-all\n",
             "group_vars/gpu_nodes/level.yml": "my_level: group-vars-gpu\n",
             "group_vars/h100.yml": "my_level: group-vars-h100\n",

@@ -69,7 +69,10 @@ def test_the_release_is_the_pinned_chart_and_waits_for_its_deployment(all_on: In
 
 
 def test_off_by_default() -> None:
-    assert "kuberay-operator" not in {r.name for r in chart_render.plan("prod")[1]}
+    # The variants leave kuberay_enabled unset (the sample turns it on: the README's platform).
+    for name in ("mig-timeslicing", "dra-kueue-rdma"):
+        assert "kuberay-operator" not in {r.name for r in chart_render.plan(name)[1]}, name
+    assert "kuberay-operator" in {r.name for r in chart_render.plan("prod")[1]}
 
 
 # -- the verify test's RayClusters ----------------------------------------------------------------
