@@ -274,6 +274,8 @@ def test_every_fixture_is_covered_and_sourced() -> None:
 INVENTORIES = {
     "prod": REPO / "inventories" / "prod",
     "dra-kueue-rdma": DATA / "inventories" / "dra-kueue-rdma",
+    # Neither the Network Operator nor the fabric test turned on.
+    "mig-timeslicing": DATA / "inventories" / "mig-timeslicing",
 }
 IMAGE = "registry.example.internal/hpc/nccl-tests:2.13.11-cuda12.6"
 PINS = yaml.safe_load((REPO / "versions.yml").read_text(encoding="utf-8"))["gpubring_versions"]
@@ -366,7 +368,7 @@ def test_mpijob_structure_with_rdma(inventories: dict[str, Inventory]) -> None:
 
 
 def test_mpijob_without_the_network_operator_and_with_one_node(inventories: dict[str, Inventory]) -> None:
-    inv = inventories["prod"]
+    inv = inventories["mig-timeslicing"]
     (mpijob,) = rendered(inv, "multi_node")
     (container,) = mpijob["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
@@ -392,12 +394,16 @@ def test_the_mpijob_validates_against_the_mpi_operators_crd(inventories: dict[st
 
 
 def test_defaults_follow_the_network_operator(inventories: dict[str, Inventory]) -> None:
-    prod = releases.host_variables(inventories["prod"], None, ("fabric_test",))
+    off = releases.host_variables(inventories["mig-timeslicing"], None, ("fabric_test",))
     rdma = releases.host_variables(inventories["dra-kueue-rdma"], None, ("fabric_test",))
-    assert prod["fabric_test_enabled"] is False
-    assert prod["fabric_test_image"] == PINS["nccl_tests"]["image"] == rdma["fabric_test_image"]
-    assert prod["fabric_test_rdma"] is False and rdma["fabric_test_rdma"] is True
+    assert off["fabric_test_enabled"] is False
+    assert off["fabric_test_image"] == PINS["nccl_tests"]["image"] == rdma["fabric_test_image"]
+    assert off["fabric_test_rdma"] is False and rdma["fabric_test_rdma"] is True
     # GPUDirect RDMA is expected with the Network Operator's RDMA device (and nvidia-peermem not turned off).
-    assert prod["fabric_test_gdrdma"] is False and rdma["fabric_test_gdrdma"] is True
+    assert off["fabric_test_gdrdma"] is False and rdma["fabric_test_gdrdma"] is True
+    # The sample runs the fabric test on its whole-GPU group with RDMA and GPUDirect RDMA expected.
+    prod = releases.host_variables(inventories["prod"], None, ("fabric_test",))
+    assert (prod["fabric_test_enabled"], prod["fabric_test_rdma"], prod["fabric_test_gdrdma"]) == (True,) * 3
+    assert prod["fabric_test_gpu_group"] == "gpu_train"
     assert rdma["fabric_test_rdma_resource"] == "rdma/rdma_shared_device_a"
     assert [n["name"] for n in rdma["fabric_test_networks"]] == ["rdma-roce", "rdma-ib"]

@@ -116,7 +116,8 @@ def test_every_smoke_template_is_listed_and_used() -> None:
 def test_role_defaults_follow_the_platform_inputs(inventories: dict[str, Inventory]) -> None:
     prod, mig, dra = (role_vars(inventories[n]) for n in ("prod", "mig-timeslicing", "dra-kueue-rdma"))
     assert prod["verify_control_plane"] == "cp-1"
-    assert (prod["verify_gang_volcano"], prod["verify_gang_kueue"], prod["verify_rdma_pods"]) == (False,) * 3
+    # The sample turns Volcano, Kueue and the Network Operator on: their checks follow.
+    assert (prod["verify_gang_volcano"], prod["verify_gang_kueue"], prod["verify_rdma_pods"]) == (True,) * 3
     assert prod["verify_dra"] is False and prod["verify_dcgm_metrics"] is True
     assert prod["verify_dcgm_namespace"] == "gpu-operator"
     assert prod["verify_rdma_resource"] == "rdma/rdma_shared_device_a"
@@ -132,7 +133,8 @@ def test_role_defaults_follow_the_platform_inputs(inventories: dict[str, Invento
     kai = role_vars(all_on)
     leaves = [q["name"] for q in kai.get("schedulers_kai_queues") or [] if q.get("parent")]
     assert kai["verify_gang_kai"] is True and kai["verify_kai_queue"] == (leaves or ["default-queue"])[0]
-    assert prod["verify_gang_kai"] is False and prod["verify_kai_queue"] == "default-queue"
+    # KAI on in the sample, whose KAI queues are its teams' (no default-queue): it names one.
+    assert prod["verify_gang_kai"] is True and prod["verify_kai_queue"] == "ml-training"
     assert prod["verify_gang_held_seconds"] == 60 and prod["verify_dra_device_class"] == "gpu.nvidia.com"
     assert plan_for(all_on) == []
     assert dra["verify_rdma_pods"] is True
@@ -145,7 +147,8 @@ def test_sample_pods(inventories: dict[str, Inventory]) -> None:
     nodes = list(inv.groups["gpu_nodes"])
     expected = []
     for n, _node in enumerate(nodes, start=1):
-        expected += [f"verify-no-gpu-{n}", f"verify-env-no-gpu-{n}", f"verify-gpu-{n}"]
+        # The sample's Network Operator: each one-GPU pod also asks for the RDMA device.
+        expected += [f"verify-no-gpu-{n}", f"verify-env-no-gpu-{n}", f"verify-gpu-rdma-{n}"]
         expected += ["verify-pair-1"] if n == 1 else []
     assert names == expected
     for pod in pods:
@@ -157,11 +160,16 @@ def test_sample_pods(inventories: dict[str, Inventory]) -> None:
         assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["spec"]["tolerations"]
         (container,) = pod["spec"]["containers"]
         assert container["image"] == "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu24.04"
-        assert "capabilities" not in container["securityContext"]
         limits = container["resources"].get("limits")
         name = pod["metadata"]["name"]
+        if name.startswith("verify-gpu-rdma-"):  # RDMA needs locked memory
+            assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+        else:
+            assert "capabilities" not in container["securityContext"]
         if name.startswith(("verify-no-gpu-", "verify-env-no-gpu-")):
             assert limits is None  # asks for no GPU: it must see none
+        elif name.startswith("verify-gpu-rdma-"):
+            assert limits == {"nvidia.com/gpu": 1, "rdma/rdma_shared_device_a": 1}
         else:
             assert limits == {"nvidia.com/gpu": 1}
         # visible_devices_env_ignored: the env pods and the one-GPU pods ask for every GPU by variable.
@@ -173,7 +181,8 @@ def test_sample_pods(inventories: dict[str, Inventory]) -> None:
     pair = next(p for p in pods if p["metadata"]["name"] == "verify-pair-1")
     assert pair["metadata"]["annotations"]["gpubring.io/verify-node"] == nodes[0]
     (namespace,) = rendered(inv, "namespace")
-    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
+    # IPC_LOCK of the RDMA pods is beyond baseline: the verify namespace is privileged with RDMA.
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
 
 def test_pair_pod_needs_two_gpus_on_one_node(inventories: dict[str, Inventory]) -> None:
