@@ -125,6 +125,13 @@ def _write(root: Path, files: Mapping[str, str]) -> Path:
     return root
 
 
+# The sample's releases whose pinned Kubernetes ranges start after 1.30 (versions.yml's rules), off
+# where a test pins an older Kubernetes.
+SAMPLE_RELEASES_AFTER_1_30_OFF = (
+    "network_operator_enabled: false\nmetrics_server_enabled: false\nai_inference_enabled: false\n"
+)
+
+
 @pytest.fixture(scope="module")
 def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory]:
     """The sample and its variants, each loaded (and so validated) like `gpubring check` does."""
@@ -176,6 +183,8 @@ def inventories(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Inventory
                     "kubeadm_control_plane_apiserver_extra_args: {audit-log-maxage: 30}\n"
                     "kubeadm_control_plane_kubelet_extra_args: {node-labels: zone=a}\n"
                 ),
+                # The sample's releases whose pinned ranges start after 1.30 (versions.yml's rules).
+                "group_vars/all/zz_k8s_1_30.yml": SAMPLE_RELEASES_AFTER_1_30_OFF,
             },
         ),
         "cilium": variant(
@@ -389,6 +398,7 @@ def test_v1beta3_stays_reachable_with_an_older_gpu_operator_and_helm(
     files = {
         "group_vars/all/versions.yml": OLDER_MATRIX.replace('"1.30.14"', '"1.29.15"'),
         "group_vars/all/cni.yml": "gpubring_cni: flannel\n",
+        "group_vars/all/zz_k8s_1_30.yml": SAMPLE_RELEASES_AFTER_1_30_OFF,
     }
     refused = _refusals(make_inventory(files))
     assert {re.sub(r".*\(rule ([a-z0-9-]+):.*", r"\1", p) for p in refused} == {
