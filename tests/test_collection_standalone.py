@@ -109,7 +109,10 @@ def test_plain_ansible_gets_defaults_and_matrix_from_the_installed_collection(
     (inventory / "group_vars" / "all" / "versions.yml").write_text(yaml.safe_dump(overrides))
     pins = yaml.safe_load((REPO / "versions.yml").read_text())["gpubring_versions"]
     settings = yaml.safe_load((REPO / "settings.yml").read_text())["options"]
-    host = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    gpu_groups = yaml.safe_load((inventory / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"][
+        "children"
+    ]
+    host = gpu_groups["gpu_train"]["hosts"]  # the sample's GPU nodes are in child groups
     env = {
         "PATH": os.environ["PATH"],
         "HOME": str(tmp_path),
