@@ -203,14 +203,14 @@ def _url_downloads() -> list[Download]:
         role = path.relative_to(ROLES).parts[0]
         up = _variables(SAMPLE, roles, NO_MIRRORS, _role_facts(role))
         down = _variables(SAMPLE, roles, MIRRORS, _role_facts(role))
-        upstream = URL.findall(up.render_file(path))
-        mirrored = URL.findall(down.render_file(path))
-        assert len(upstream) == len(mirrored) and upstream, (
+        up_urls = URL.findall(up.render_file(path))
+        down_urls = URL.findall(down.render_file(path))
+        assert len(up_urls) == len(down_urls) and up_urls, (
             f"{path}: no URL, or a different number with the mirror"
         )
         out.extend(
             Download("apt", role, str(path.relative_to(REPO)), u, m)
-            for u, m in zip(upstream, mirrored, strict=True)
+            for u, m in zip(up_urls, down_urls, strict=True)
         )
     return out
 
