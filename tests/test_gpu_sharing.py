@@ -166,7 +166,13 @@ def test_two_groups_share_their_own_way(sharing_inventory: Callable[[str], Path]
         for body in config.get("sharing", {}).values():
             assert set(body) <= set(example)
             assert all(set(r) == set(example["resources"][0]) for r in body["resources"])
-    _valid(inv, release, _chart_objects(inv, release))
+    # No cluster-wide MIG strategy: the operator would put it in the plugin's environment, which wins
+    # over each node's config (a mixed group would run single), so the ClusterPolicy carries none.
+    assert release.values["mig"] == {"strategy": ""}
+    objects = _chart_objects(inv, release)
+    (policy,) = [o for _, o in objects if o.get("kind") == "ClusterPolicy"]
+    assert "strategy" not in (policy["spec"].get("mig") or {})
+    _valid(inv, release, objects)
 
 
 def test_custom_mig_profiles_get_their_own_mig_parted_config(
@@ -206,7 +212,9 @@ def test_custom_mig_profiles_get_their_own_mig_parted_config(
 def test_the_cluster_wide_setting_of_today_is_unchanged(make_inventory: Callable[..., Path]) -> None:
     """Without gpu_operator_sharing nothing changes: no config, no labels (the mig-timeslicing variant's
     cluster-wide time-slicing is held by tests/test_releases_render.py)."""
-    _, release = _gpu_operator(make_inventory())
+    # The sample shares its node groups (group_vars/all/gpu_sharing.yml): without that file.
+    _, release = _gpu_operator(make_inventory({"group_vars/all/gpu_sharing.yml": None}))
+    assert release.values["mig"] == {"strategy": "single"}
     assert "config" not in release.values["devicePlugin"]
     assert release.pre_manifests == [] and _node_labels(release) == {}
 
