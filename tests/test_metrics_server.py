@@ -83,8 +83,14 @@ def test_kubelets_with_ca_signed_certificates_are_verified(make_inventory: MakeI
     assert next(o for o in objects if o["kind"] == "Deployment")["spec"]["replicas"] == 1
 
 
-def test_the_sample_leaves_it_off(make_inventory: MakeInventory) -> None:
-    assert all(r.name != "metrics-server" for r in plan_releases(load_inventory(make_inventory())))
+def test_the_sample_turns_it_on(make_inventory: MakeInventory) -> None:
+    """The sample is the platform the README describes (issue 23 item 10): `kubectl top` and CPU HPAs work."""
+    assert any(r.name == "metrics-server" for r in plan_releases(load_inventory(make_inventory())))
+
+
+def test_off_means_no_release(make_inventory: MakeInventory) -> None:
+    off = make_inventory({SITE: "---\nmetrics_server_enabled: false\n"})
+    assert all(r.name != "metrics-server" for r in plan_releases(load_inventory(off)))
 
 
 @pytest.mark.parametrize(

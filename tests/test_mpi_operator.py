@@ -31,6 +31,7 @@ from helpers import DATA, REPO
 
 PINS = yaml.safe_load((REPO / "versions.yml").read_text(encoding="utf-8"))["gpubring_versions"]
 SITE = "group_vars/all/zz-fabric.yml"
+OPERATOR = "group_vars/all/mpi_operator.yml"
 MakeInventory = Any  # the make_inventory fixture of conftest.py
 
 
@@ -124,20 +125,25 @@ def _problems(root: Path) -> list[str]:
         ("fabric_test_enabled: true\nfabric_test_site_mpi_operator: true\n", False),
         ("fabric_test_enabled: true\nfabric_test_multi_node: false\n", False),
         ("fabric_test_enabled: true\nfabric_test_nodes: [gpu-1]\n", False),
-        ("fabric_test_multi_node: true\n", False),
+        ("fabric_test_enabled: false\nfabric_test_multi_node: true\n", False),
     ],
 )
 def test_a_multi_node_fabric_test_needs_an_mpi_operator(
     make_inventory: MakeInventory, text: str, refused: bool
 ) -> None:
-    problems = _problems(make_inventory({SITE: "---\n" + text}))
+    # The sample turns the MPI operator on (inventories/prod/group_vars/all/mpi_operator.yml): off here.
+    problems = _problems(
+        make_inventory({SITE: "---\n" + text, OPERATOR: "---\nmpi_operator_enabled: false\n"})
+    )
     assert bool(problems) is refused, problems
     if refused:
         assert problems[0].startswith("expected mpi_operator_enabled: true (or fabric_test_site_mpi_operator")
 
 
 def test_plan_refuses_it_before_any_host(make_inventory: MakeInventory) -> None:
-    root = make_inventory({SITE: "---\nfabric_test_enabled: true\n"})
+    root = make_inventory(
+        {SITE: "---\nfabric_test_enabled: true\n", OPERATOR: "---\nmpi_operator_enabled: false\n"}
+    )
     result = CliRunner().invoke(app, ["plan", str(root)])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

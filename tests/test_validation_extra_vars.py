@@ -32,7 +32,7 @@ TYPO = "warning: -e nvidia_driver_brnach: no role or setting declares it; did yo
             "nvidai_driver_branch",
             "-e nvidai_driver_branch: no role or setting declares it; did you mean nvidia_driver_branch?",
         ),
-        ("site_ticket", "-e site_ticket: no role or setting declares it"),
+        ("change_ticket", "-e change_ticket: no role or setting declares it"),
     ],
 )
 def test_an_undeclared_key_is_named_with_a_did_you_mean(key: str, expected: str) -> None:
