@@ -25,6 +25,26 @@ FIXTURES = TESTS / "fixtures"
 HW = FIXTURES / "hw"
 BIN = Path(sys.executable).parent  # the venv's ansible, ansible-playbook, ...
 
+# The releases the sample inventory (inventories/prod) plans, in the platform play's order (storage
+# before monitoring's claim): the platform the README sells.
+SAMPLE_RELEASES = (
+    "local-path-provisioner",
+    "metallb",
+    "kube-prometheus-stack",
+    "gpu-alerts",
+    "prometheus-adapter",
+    "metrics-server",
+    "gpu-operator",
+    "network-operator",
+    "teams",
+    "volcano",
+    "kai-scheduler",
+    "kueue",
+    "kuberay-operator",
+    "mpi-operator",
+    "gateway-helm",
+)
+
 
 def collection_module(name: str) -> ModuleType:
     """plugins/<name> (dotted: `module_utils.gpu_parsers`, `filter.kubelet_topology`) as

@@ -18,7 +18,7 @@ from typer.testing import CliRunner, Result
 from gpubring import manifests, versions
 from gpubring.app import app
 from gpubring.catalog import declared_releases
-from helpers import REPO
+from helpers import REPO, SAMPLE_RELEASES
 from upstream import builtin_api_versions, folder_name, upstream_dir
 
 SAMPLE = REPO / "inventories" / "prod"
@@ -28,24 +28,6 @@ KUBERNETES = str(versions.load_pinned()["kubernetes"]["version"])
 PINNED = {r.name: r.version for r in declared_releases() if r.chart}
 
 # The files of all-on and, in each, kinds its chart or gpubring's objects must bring.
-SAMPLE_RELEASES = (
-    "local-path-provisioner",
-    "metallb",
-    "kube-prometheus-stack",
-    "gpu-alerts",
-    "prometheus-adapter",
-    "metrics-server",
-    "gpu-operator",
-    "network-operator",
-    "teams",
-    "volcano",
-    "kai-scheduler",
-    "kueue",
-    "kuberay-operator",
-    "mpi-operator",
-    "gateway-helm",
-)
-
 ALL_ON_KINDS = {
     "gpu-operator.yaml": {"Namespace", "CustomResourceDefinition", "ClusterPolicy", "DaemonSet"},
     "network-operator.yaml": {"Namespace", "CustomResourceDefinition", "NicClusterPolicy", "IPPool"},

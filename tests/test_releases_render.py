@@ -32,7 +32,7 @@ from gpubring.releases import (
     render_template,
     role_releases,
 )
-from helpers import REPO
+from helpers import REPO, SAMPLE_RELEASES
 
 INVENTORIES = {
     "prod": REPO / "inventories" / "prod",
@@ -66,24 +66,7 @@ def _objects(plans: dict[str, tuple[Any, list[Release]]]) -> Iterator[tuple[str,
 
 def test_sample_renders_the_gpu_operator_with_the_host_driver(plans: dict[str, Any]) -> None:
     releases = _releases(plans, "prod")
-    # The platform the README sells, in the platform play's order (storage before monitoring's claim).
-    assert list(releases) == [
-        "local-path-provisioner",
-        "metallb",
-        "kube-prometheus-stack",
-        "gpu-alerts",
-        "prometheus-adapter",
-        "metrics-server",
-        "gpu-operator",
-        "network-operator",
-        "teams",
-        "volcano",
-        "kai-scheduler",
-        "kueue",
-        "kuberay-operator",
-        "mpi-operator",
-        "gateway-helm",
-    ]
+    assert tuple(releases) == SAMPLE_RELEASES
     gpu = releases["gpu-operator"]
     assert gpu.values["driver"] == {"enabled": False}
     assert gpu.values["toolkit"] == {"enabled": False}  # nvidia_container_toolkit_owner defaults to host
