@@ -151,6 +151,24 @@ def _show(span: tuple[Address, Address]) -> str:
     return str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}"
 
 
+def _named_once(
+    file: str, key: str, i: int, name: object, seen: dict[str, int], *, what: str
+) -> list[Problem]:
+    """The problem of entry i of `key` when another entry before it has its name; else records it."""
+    if not isinstance(name, str):
+        return []
+    if name in seen:
+        return [
+            Problem(
+                file,
+                f"{key}[{i}].name",
+                f"expected a name no other {what} has; {name!r} is also {key}[{seen[name]}]",
+            )
+        ]
+    seen[name] = i
+    return []
+
+
 @register_validator
 def metallb_pools(inv: Inventory) -> list[Problem]:
     """MetalLB's pools: addresses that parse and collide with nothing; BGP peers that can be dialled."""
@@ -193,17 +211,7 @@ def metallb_pools(inv: Inventory) -> list[Problem]:
         if not isinstance(pool, Mapping):
             continue
         here = f"{key}[{i}]"
-        name = pool.get("name")
-        if isinstance(name, str) and name in seen_names:
-            problems.append(
-                Problem(
-                    file,
-                    f"{here}.name",
-                    f"expected a name no other pool has; {name!r} is also {key}[{seen_names[name]}]",
-                )
-            )
-        elif isinstance(name, str):
-            seen_names[name] = i
+        problems.extend(_named_once(file, key, i, pool.get("name"), seen_names, what="pool"))
         addresses = pool.get("addresses")
         if not isinstance(addresses, list):
             continue
@@ -270,17 +278,7 @@ def _peers(inv: Inventory, host: Host, mode: object, peers: list[Any]) -> list[P
         if not isinstance(peer, Mapping):
             continue
         here = f"{key}[{i}]"
-        name = peer.get("name")
-        if isinstance(name, str) and name in names:
-            problems.append(
-                Problem(
-                    file,
-                    f"{here}.name",
-                    f"expected a name no other peer has; {name!r} is also {key}[{names[name]}]",
-                )
-            )
-        elif isinstance(name, str):
-            names[name] = i
+        problems.extend(_named_once(file, key, i, peer.get("name"), names, what="peer"))
         for field in ("asn", "my_asn"):
             asn = peer.get(field)
             if isinstance(asn, int) and not isinstance(asn, bool) and not 1 <= asn <= ASN_MAX:
