@@ -112,6 +112,19 @@ def runs_cli(*args: str | Path) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def refused(command: str, inventory: Path) -> str:
+    """`gpubring COMMAND INVENTORY` through typer's CliRunner must refuse the inventory before any host:
+    exit 2, no traceback. Its stderr, for the caller to hold to the expected lines."""
+    from typer.testing import CliRunner
+
+    from gpubring.app import app
+
+    result = CliRunner().invoke(app, [command, str(inventory)])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    return result.stderr
+
+
 def alive(pid: int) -> bool:
     """Whether the process runs (a zombie does not count), from /proc."""
     try:

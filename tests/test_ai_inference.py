@@ -19,15 +19,13 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 import upstream
-from gpubring.app import app
 from gpubring.catalog import declared_releases
 from gpubring.inventory import load_inventory
 from gpubring.releases import Release, plan_releases
 from gpubring.versions import load_pinned
-from helpers import DATA, REPO
+from helpers import DATA, REPO, refused
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 SITE = "group_vars/all/zz-ai-inference.yml"
@@ -187,8 +185,6 @@ def test_bad_inputs_are_refused_before_any_host(
     make_inventory: MakeInventory, text: str, expected: str
 ) -> None:
     root = make_inventory({SITE: "---\nai_inference_enabled: true\n" + text})
-    result = CliRunner().invoke(app, ["check", str(root)])
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert f"error: {SITE}: " in result.stderr
-    assert expected in result.stderr, result.stderr
+    stderr = refused("check", root)
+    assert f"error: {SITE}: " in stderr
+    assert expected in stderr, stderr

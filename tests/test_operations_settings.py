@@ -7,9 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from gpubring.app import app
+from helpers import refused
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 SITE = "group_vars/all/zz-operations.yml"
@@ -38,7 +37,5 @@ def test_a_bad_operations_setting_is_refused_before_any_host(
     make_inventory: MakeInventory, line: str, expected: str
 ) -> None:
     root = make_inventory({SITE: f"---\n{line}\n"})
-    result = CliRunner().invoke(app, ["check", str(root)])
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    assert f"error: {SITE}: {expected}" in result.stderr, result.stderr
+    stderr = refused("check", root)
+    assert f"error: {SITE}: {expected}" in stderr, stderr
