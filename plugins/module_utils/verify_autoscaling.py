@@ -31,31 +31,24 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ansible_collections.gpubring.core.plugins.module_utils import verify_common
+
+STOPPED = verify_common.STOPPED
+_check = verify_common.check
+_map = verify_common.mapping
+_bool = verify_common.truthy
+
 NAMES = ("resource_metrics", "hpa_gpu_metric", "service_monitor_scrape")
-STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
 METRIC = "pod_gpu_utilization"
 HPA_APP = "verify-hpa-gpu"
 METRICS_APP = "verify-metrics-app"
 # Series Prometheus adds for every target it scrapes (not the workload's own).
 SYNTHETIC = ("up", "scrape_duration_seconds", "scrape_samples_scraped",
              "scrape_samples_post_metric_relabeling", "scrape_series_added")  # fmt: skip
-_TRUE = frozenset({"yes", "on", "1", "true", "y", "t"})
-
-
-def _bool(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def _list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else []
-
-
-def _check(name: str, expected: str, output: Any, status: str, reason: str) -> dict[str, Any]:
-    return {"name": name, "expected": expected, "output": output, "status": status, "reason": reason}
 
 
 def _json(result: Any) -> tuple[Any, str]:

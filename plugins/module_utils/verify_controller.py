@@ -35,33 +35,22 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
+from ansible_collections.gpubring.core.plugins.module_utils import verify_common
+
+STOPPED = verify_common.STOPPED
+_check = verify_common.check
+_map = verify_common.mapping
+_resources = verify_common.resources
+_bool = verify_common.truthy
+
 OFF = "the KubeRay operator is off (kuberay_enabled)"
 MANAGED_BY_MESSAGE = (
     "the managedBy field value must be either 'ray.io/kuberay-operator' or 'kueue.x-k8s.io/multikueue'"
 )
 INVALID_MANAGED_BY = "gpubring.io/not-a-manager"
 
-_TRUE = frozenset({"yes", "on", "1", "true", "y", "t"})
 _STATUS_RE = re.compile(r"\{.*\}", re.S)
 _BYTES_RE = re.compile(r"b(['\"]).*\1\s*$", re.S)
-
-
-def _bool(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _resources(result: Any) -> list[Any]:
-    found = _map(result).get("resources")
-    return list(found) if isinstance(found, list) else []
-
-
-def _check(name: str, expected: str, output: Any, status: str, reason: str) -> dict[str, Any]:
-    return {"name": name, "expected": expected, "output": output, "status": status, "reason": reason}
 
 
 def api_refusal(result: Any) -> dict[str, Any] | None:

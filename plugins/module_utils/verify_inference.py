@@ -22,16 +22,17 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
+from ansible_collections.gpubring.core.plugins.module_utils import verify_common
+
+STOPPED = verify_common.STOPPED
+_map = verify_common.mapping
+_resources = verify_common.resources
+_bool = verify_common.truthy
+
 OFF = "the inference ingress is off (ai_inference_enabled)"
 CASES = ("weighted", "header", "no_header")
 
 _LINE = re.compile(r"^(?P<case>[a-z_]+) a=(?P<a>\d+) b=(?P<b>\d+) failed=(?P<failed>\d+)\s*$")
-_TRUE = frozenset({"yes", "on", "1", "true", "y", "t"})
-
-
-def _bool(value: Any) -> bool:
-    return value if isinstance(value, bool) else str(value).strip().lower() in _TRUE
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -39,17 +40,6 @@ def _int(value: Any, default: int = 0) -> int:
         return int(value)
     except (TypeError, ValueError):
         return default
-
-
-def _resources(result: Any) -> list[Any]:
-    if not isinstance(result, Mapping):
-        return []
-    found = result.get("resources")
-    return list(found) if isinstance(found, list) else []
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def parse_counts(log: str) -> dict[str, dict[str, int]]:

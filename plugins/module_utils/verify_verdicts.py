@@ -29,12 +29,13 @@ from typing import Any
 
 from ansible_collections.gpubring.core.plugins.module_utils import (
     verify_autoscaling,
+    verify_common,
     verify_controller,
     verify_inference,
     verify_scheduling,
 )
 
-STOPPED = "did not run, the smoke tests stopped before it (see this run's failures)"
+STOPPED = verify_common.STOPPED
 NO_GPU_NODE = "no GPU node of this run to test"
 
 CHECK_NAMES = (
@@ -49,16 +50,8 @@ CHECK_NAMES = (
     "gang_kueue",
     "dcgm_exporters",
     "dcgm_metrics",
-    # plugins/module_utils/verify_scheduling.py (NAMES)
-    "visible_devices_env_ignored",
-    "dra_claim_allocated",
-    "gang_held_volcano",
-    "gang_held_kueue",
-    "gang_kai",
-    "gang_held_kai",
-    "resource_metrics",  # plugins/module_utils/verify_autoscaling.py (NAMES)
-    "hpa_gpu_metric",
-    "service_monitor_scrape",
+    *verify_scheduling.NAMES,
+    *verify_autoscaling.NAMES,
     "inference_gateway_weighted",  # plugins/module_utils/verify_inference.py
     "inference_gateway_header",
     "kuberay_webhook_rejects",  # plugins/module_utils/verify_controller.py
@@ -147,8 +140,7 @@ def _skipped(result: Any) -> bool:
     return isinstance(result, Mapping) and bool(result.get("skipped"))
 
 
-def _check(name: str, expected: str, output: Any, status: str, reason: str) -> dict[str, Any]:
-    return {"name": name, "expected": expected, "output": output, "status": status, "reason": reason}
+_check = verify_common.check
 
 
 def _only(value: Any, keys: Sequence[str]) -> dict[str, Any]:
