@@ -75,3 +75,12 @@ class Inventory:
     def origin(self, host: str, key: str) -> tuple[str, str] | None:
         """(file, key path) of the place that set `key` for `host`, or None when nothing did."""
         return self.hosts[host].origin(key)
+
+    def setting_origin(self, key: str) -> tuple[str, str]:
+        """(file, key path) of the place that set the cluster-wide setting `key` (the first host's that
+        sets it), or settings.yml's default when nothing did."""
+        for name in self.hosts:
+            found = self.origin(name, key)
+            if found is not None:
+                return found
+        return "settings.yml", f"options.{key}.default"

@@ -25,15 +25,6 @@ if TYPE_CHECKING:
 CIDR_KEYS = ("gpubring_pod_cidr", "gpubring_service_cidr")
 
 
-def _where(inv: Inventory, key: str) -> tuple[str, str]:
-    """The file and key path that set a cluster-wide setting (settings.yml when only its default)."""
-    for name in inv.hosts:
-        found = inv.origin(name, key)
-        if found is not None:
-            return found
-    return "settings.yml", f"options.{key}.default"
-
-
 def _network(text: object) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
     try:
         return ipaddress.ip_network(str(text), strict=False)
@@ -48,7 +39,7 @@ def cluster_networks(inv: Inventory) -> list[Problem]:
     if networks_overlap(pod, service):
         problems.append(
             Problem(
-                *_where(inv, "gpubring_service_cidr"),
+                *inv.setting_origin("gpubring_service_cidr"),
                 f"expected a service network apart from the pod network {pod}; {service} overlaps it",
             )
         )
@@ -67,7 +58,7 @@ def cluster_networks(inv: Inventory) -> list[Problem]:
         if inside:
             problems.append(
                 Problem(
-                    *_where(inv, key),
+                    *inv.setting_origin(key),
                     f"expected a network that holds no host's address; {net} holds {', '.join(inside)}",
                 )
             )

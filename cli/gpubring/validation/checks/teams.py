@@ -51,15 +51,6 @@ SCHEDULER_KEYS = (
 )
 
 
-def _where(inv: Inventory, key: str) -> tuple[str, str]:
-    """The file and key path that set a cluster-wide setting (settings.yml when only its default)."""
-    for name in inv.hosts:
-        found = inv.origin(name, key)
-        if found is not None:
-            return found
-    return "settings.yml", f"options.{key}.default"
-
-
 def namespace_of(team: Mapping[str, Any]) -> str:
     """The team's namespace: its own, or its name."""
     return str(team.get("namespace") or team.get("name") or "")
@@ -205,7 +196,7 @@ def teams(inv: Inventory) -> list[Problem]:
     value = inv.settings.get("gpubring_teams") or []
     if not isinstance(value, list) or specs.templated(value):
         return []
-    file, key = _where(inv, "gpubring_teams")
+    file, key = inv.setting_origin("gpubring_teams")
     items = [(i, t) for i, t in enumerate(value) if isinstance(t, Mapping) and not specs.templated(t)]
     problems: list[Problem] = []
     seen: dict[str, str] = {}
