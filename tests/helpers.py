@@ -125,6 +125,18 @@ def refused(command: str, inventory: Path) -> str:
     return result.stderr
 
 
+def inventory_problems(root: Path) -> list[str]:
+    """What `load_inventory` refuses in the inventory at root, a line per problem ([] when it loads)."""
+    from gpubring.inventory import load_inventory
+    from gpubring.model import InventoryError
+
+    try:
+        load_inventory(root)
+    except InventoryError as err:
+        return [str(p) for p in err.problems]
+    return []
+
+
 def alive(pid: int) -> bool:
     """Whether the process runs (a zombie does not count), from /proc."""
     try:

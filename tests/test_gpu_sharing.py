@@ -26,10 +26,10 @@ from typer.testing import CliRunner
 import upstream
 from _render import schema_version, without_nulls
 from gpubring.app import app
-from gpubring.inventory import InventoryError, load_inventory
+from gpubring.inventory import load_inventory
 from gpubring.releases import host_variables, role_releases
 from gpubring.validation.checks.gpu_sharing import named_config_profile, sharing_notes
-from helpers import BIN, FIXTURES, REPO
+from helpers import BIN, FIXTURES, REPO, inventory_problems
 
 HOSTS = """\
 all:
@@ -281,11 +281,7 @@ def test_node_labels_sets_and_removes_the_sharing_labels(
 
 
 def _problems(root: Path) -> list[str]:
-    try:
-        load_inventory(root)
-    except InventoryError as err:
-        return [str(p) for p in err.problems]
-    return []
+    return inventory_problems(root)
 
 
 def test_good_sharing_passes(sharing_inventory: Callable[[str], Path]) -> None:

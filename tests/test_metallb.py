@@ -21,9 +21,9 @@ import yaml
 
 import upstream
 from _render import schema_version, validation_problems
-from gpubring.inventory import Inventory, InventoryError, load_inventory
+from gpubring.inventory import Inventory, load_inventory
 from gpubring.releases import Release, plan_releases
-from helpers import REPO
+from helpers import REPO, inventory_problems
 from test_chart_render import plan
 
 FILE = "group_vars/all/metallb.yml"
@@ -174,11 +174,7 @@ def test_good_pools_and_peers_pass(make_inventory: Callable[..., Path]) -> None:
 
 
 def _problems(make_inventory: Callable[..., Path], text: str) -> list[str]:
-    try:
-        load_inventory(make_inventory({FILE: text}))
-    except InventoryError as err:
-        return [str(p) for p in err.problems]
-    return []
+    return inventory_problems(make_inventory({FILE: text}))
 
 
 POOLS = "metallb_pools[0]"

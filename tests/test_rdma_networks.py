@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpubring.inventory import InventoryError, load_inventory
+from helpers import inventory_problems
 
 FILE = "group_vars/all/rdma_networks.yml"
 GOOD = (
@@ -29,11 +29,7 @@ GOOD = (
 
 
 def _problems(make_inventory: Callable[..., Path], text: str) -> list[str]:
-    try:
-        load_inventory(make_inventory({FILE: text}))
-    except InventoryError as err:
-        return [str(p) for p in err.problems]
-    return []
+    return inventory_problems(make_inventory({FILE: text}))
 
 
 def test_good_networks_pass(make_inventory: Callable[..., Path]) -> None:

@@ -20,8 +20,9 @@ from typer.testing import CliRunner
 import upstream
 from _render import schema_version, validation_problems
 from gpubring.app import app
-from gpubring.inventory import Inventory, InventoryError, load_inventory
+from gpubring.inventory import Inventory, load_inventory
 from gpubring.releases import Release, plan_releases
+from helpers import inventory_problems
 from test_chart_render import plan
 
 FILE = "group_vars/all/storage.yml"
@@ -34,11 +35,7 @@ def _plan(root: Path) -> tuple[Inventory, dict[str, Release]]:
 
 
 def _problems(make_inventory: Callable[..., Path], text: str) -> list[str]:
-    try:
-        load_inventory(make_inventory({FILE: text}))
-    except InventoryError as err:
-        return [str(p) for p in err.problems]
-    return []
+    return inventory_problems(make_inventory({FILE: text}))
 
 
 def _chart_objects(inv: Inventory, release: Release) -> list[tuple[str, dict[str, Any]]]:

@@ -21,7 +21,7 @@ from _render import schema_version, without_nulls
 from gpubring.inventory import InventoryError, load_inventory
 from gpubring.model import Inventory
 from gpubring.releases import Release, plan_releases
-from helpers import REPO
+from helpers import REPO, inventory_problems
 
 FILE = "group_vars/all/teams.yml"
 # Two teams with different quotas: team-a borrows up to 8 GPUs and sits behind a default-deny
@@ -49,11 +49,7 @@ schedulers_kueue_enabled: true
 
 
 def _problems(make_inventory: Callable[..., Path], files: Mapping[str, str]) -> list[str]:
-    try:
-        load_inventory(make_inventory(dict(files)))
-    except InventoryError as err:
-        return [str(p) for p in err.problems]
-    return []
+    return inventory_problems(make_inventory(dict(files)))
 
 
 @pytest.fixture(scope="module")
