@@ -117,14 +117,7 @@ def test_the_readiness_waits_name_the_controller_and_the_gateway() -> None:
     release = all_on()
     deployment, gateway = release.ready
     chart = upstream.chart_dir("gateway-helm", release.version)
-    rendered = upstream.render(
-        chart,
-        copy.deepcopy(release.values),
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(load_pinned()["kubernetes"]["version"]),
-        api_versions=(),
-    )
+    rendered = upstream.render_release(chart, release, load_pinned()["kubernetes"]["version"])
     deployments = [o["metadata"]["name"] for _t, o in rendered if o["kind"] == "Deployment"]
     assert deployments == [deployment["name"]] == ["envoy-gateway"]
     assert (deployment["kind"], deployment["namespace"], deployment["condition"]) == (

@@ -12,7 +12,6 @@ MPS chosen per inventory group through the device plugin's per-node configuratio
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 from collections.abc import Callable
@@ -92,14 +91,7 @@ def _node_labels(release: Any) -> dict[str, dict[str, str]]:
 
 def _chart_objects(inv: Any, release: Any) -> list[tuple[str, dict[str, Any]]]:
     chart = upstream.chart_dir("gpu-operator", release.version)
-    objects = upstream.render(
-        chart,
-        copy.deepcopy(release.values),
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(inv.versions["kubernetes"]["version"]),
-        api_versions=(),
-    )
+    objects = upstream.render_release(chart, release, inv.versions["kubernetes"]["version"])
     return [("gpubring", o) for o in release.objects()] + objects
 
 

@@ -11,7 +11,6 @@ not a dashboard of the role.
 
 from __future__ import annotations
 
-import copy
 import json
 from functools import cache
 from pathlib import Path
@@ -37,13 +36,11 @@ def _stack(root: Path) -> Release:
 @cache
 def _all_on() -> tuple[Release, tuple[dict[str, Any], ...]]:
     release = _stack(DATA / "inventories" / "all-on")
-    rendered = upstream.render(
+    rendered = upstream.render_release(
         upstream.chart_dir("kube-prometheus-stack", release.version),
-        copy.deepcopy(release.values),
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(load_pinned()["kubernetes"]["version"]),
-        api_versions=("monitoring.coreos.com/v1",),
+        release,
+        load_pinned()["kubernetes"]["version"],
+        ("monitoring.coreos.com/v1",),
     )
     return release, tuple(obj for _template, obj in rendered)
 

@@ -54,13 +54,7 @@ def test_the_release_is_the_pinned_chart_and_waits_for_its_deployment(all_on: In
     assert any("Deployment kuberay-operator" in w for w in release.waits), release.waits
     # The Deployment plan waits for is the one the pinned chart renders, in the release's namespace.
     chart = upstream.chart_dir("kuberay-operator", release.version)
-    objects = upstream.render(
-        chart,
-        release.values,
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(all_on.versions["kubernetes"]["version"]),
-    )
+    objects = upstream.render_release(chart, release, all_on.versions["kubernetes"]["version"])
     deployments = [o for _, o in objects if o.get("kind") == "Deployment"]
     assert [d["metadata"]["name"] for d in deployments] == [ready["name"]]
     # The chart installs no admission webhook at this version (README.md of the role says what would).

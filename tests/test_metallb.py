@@ -62,13 +62,7 @@ def _release(root: Path) -> tuple[Inventory, Release]:
 
 def _objects(inv: Inventory, release: Release) -> list[tuple[str, dict[str, Any]]]:
     chart = upstream.chart_dir("metallb", release.version)
-    rendered = upstream.render(
-        chart,
-        release.values,
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(inv.versions["kubernetes"]["version"]),
-    )
+    rendered = upstream.render_release(chart, release, inv.versions["kubernetes"]["version"])
     return [("gpubring", obj) for obj in release.objects()] + rendered
 
 

@@ -9,7 +9,6 @@ inputs before any host.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,7 @@ def _release(root: Path) -> Release:
 
 def _render(release: Release) -> list[dict[str, Any]]:
     chart = upstream.chart_dir(release.chart, release.version)
-    rendered = upstream.render(
-        chart,
-        copy.deepcopy(release.values),
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(load_pinned()["kubernetes"]["version"]),
-        api_versions=(),
-    )
+    rendered = upstream.render_release(chart, release, load_pinned()["kubernetes"]["version"])
     return [obj for _template, obj in rendered]
 
 

@@ -13,7 +13,6 @@ item 6), rendered from the all-on inventory (two teams, Kueue with two flavors, 
 
 from __future__ import annotations
 
-import copy
 from functools import cache
 from typing import Any
 
@@ -104,13 +103,7 @@ def test_kueue_holds_jobs_without_a_queue_outside_the_system_namespaces() -> Non
     inv, releases = plan(str(ALL_ON))
     kueue = releases["kueue"]
     chart = upstream.chart_dir("kueue", kueue.version)
-    objects = upstream.render(
-        chart,
-        copy.deepcopy(kueue.values),
-        name=kueue.name,
-        namespace=kueue.namespace,
-        kube_version=str(inv.versions["kubernetes"]["version"]),
-    )
+    objects = upstream.render_release(chart, kueue, inv.versions["kubernetes"]["version"])
     (config_map,) = [
         o for _, o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("manager-config")
     ]

@@ -40,13 +40,7 @@ def _problems(make_inventory: Callable[..., Path], text: str) -> list[str]:
 
 def _chart_objects(inv: Inventory, release: Release) -> list[tuple[str, dict[str, Any]]]:
     chart = upstream.chart_dir("local-path-provisioner", release.version)
-    return upstream.render(
-        chart,
-        release.values,
-        name=release.name,
-        namespace=release.namespace,
-        kube_version=str(inv.versions["kubernetes"]["version"]),
-    )
+    return upstream.render_release(chart, release, inv.versions["kubernetes"]["version"])
 
 
 def _kind(objects: list[tuple[str, dict[str, Any]]], kind: str) -> list[dict[str, Any]]:

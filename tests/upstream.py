@@ -237,6 +237,21 @@ def render(
     return out
 
 
+def render_release(
+    folder: Path, release: Any, kube_version: object, api_versions: tuple[str, ...] = ()
+) -> list[tuple[str, dict[str, Any]]]:
+    """render() of a planned release (gpubring.releases.Release) through the chart in folder: its
+    values, name and namespace, at that Kubernetes version (render leaves the values untouched)."""
+    return render(
+        folder,
+        release.values,
+        name=release.name,
+        namespace=release.namespace,
+        kube_version=str(kube_version),
+        api_versions=api_versions,
+    )
+
+
 def _close_objects(schema: Any) -> Any:
     """A copy of an OpenAPI v3 schema for jsonschema: x-kubernetes-* dropped, objects closed."""
     if isinstance(schema, list):
