@@ -1,0 +1,512 @@
+"""A no-op `gpubring up` over a fleet of inventory hosts: the lab's containers, each under several names.
+
+    .venv/bin/python benchmarks/fleet_noop.py [--nodes 3] [--cpu-nodes 1] [--aliases 10] [--shards 1,2]
+        [--distro debian12] [--forks N] [--keep-lab] [--json out.json]
+
+1. `gpubring lab up` (prefix gpubfleet, a temporary inventory folder unless --lab-dir names one): --nodes
+   containers, one control plane, --cpu-nodes CPU-only workers, the rest GPU nodes; then one `gpubring
+   up` on the lab's own inventory converges them (the first converge of a GPU node builds the NVIDIA
+   driver with DKMS, minutes on 2 cores: hence few GPU nodes and CPU nodes beside them).
+2. A fleet inventory derived from the lab's (fleet_inventory): every container under --aliases names
+   (`<node>-a00`, `<node>-a01`, ...) in the node's groups, with the node's ansible_host and port, so
+   nodes x aliases inventory hosts. Each alias has its own SSH ControlPath (ansible_control_path), so
+   every name opens its own SSH connection as a real host would; and preflight_check_collisions is
+   off, because the aliases of one container share its host name and address on purpose.
+3. One untimed `gpubring up` of the fleet (it must change nothing: a changed task there is a role
+   that templates from inventory_hostname and the script stops), then per --shards value a timed
+   no-op `gpubring up` of the fleet: wall time, changed tasks (must be 0), controller CPU seconds per
+   host, the busiest controller process and its share, how busy the machine's CPUs were, the nodes'
+   CPU seconds. `gpubring lab down` at the end unless --keep-lab.
+
+What the aliases share, and what this does not measure:
+- The host phase templates nothing from inventory_hostname (the node name is used by the cluster
+  phase's kubeadm join and node labels, which a lab does not run); each alias therefore finds its
+  container converged. The no-op run before the timed ones proves it (0 changed on every name).
+- Each alias runs every task against the same container: apt/dpkg reads and their locks, package
+  fact gathering, file checksums run K times on one container at the same moment. That contention
+  is real load on the nodes' side (it shows in the nodes' CPU) that K separate machines would not
+  have; it does not add controller CPU. The controller's cost per host is what scales with the fleet
+  and is what this measures; the nodes' CPU is reported, not projected (real nodes have their own).
+- The containers share this machine's cores with the controller, so wall time here is bounded by
+  controller + nodes' CPU / cores; the projection (docs/fleet.md) uses the controller's CPU only.
+- Reboots, DKMS builds and the cluster and platform phases are not in a no-op of the lab.
+
+Controller CPU: the gpubring process and all its descendants. getrusage(RUSAGE_CHILDREN) counts each
+descendant once its parent reaped it; /proc/<pid>/stat of every descendant is sampled every
+--interval seconds (each pid's last utime+stime kept) for the per-process split and for the
+processes that leave the tree before they end (SSH ControlPersist masters, re-parented to init):
+those are added to the total. --shards N passes `--shards N` to `gpubring up` when its --help offers
+it, else `-e gpubring_shards=N` when settings.yml declares gpubring_shards, else the row says
+"unsharded" and measures one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+PREFIX = "gpubfleet"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fleet inventory
+
+
+def alias_names(node: str, aliases: int) -> list[str]:
+    """The inventory names of one container: `<node>-a00` .. (two digits, DNS-label safe)."""
+    if aliases < 1:
+        raise ValueError(f"aliases: expected 1 or more, got {aliases}")
+    width = max(2, len(str(aliases - 1)))
+    return [f"{node}-a{i:0{width}d}" for i in range(aliases)]
+
+
+def fleet_hosts(lab_hosts: Mapping[str, Any], aliases: int, control_dir: str) -> dict[str, Any]:
+    """hosts.yml of the fleet from the lab's: each host of each group under `aliases` names, same vars,
+    plus its own ansible_control_path (one SSH master per name, as separate machines would have)."""
+    root = lab_hosts["all"]
+    children: dict[str, Any] = {}
+    for group, body in (root.get("children") or {}).items():
+        members: dict[str, Any] = {}
+        for host, hostvars in ((body or {}).get("hosts") or {}).items():
+            for name in alias_names(host, aliases):
+                members[name] = {**(hostvars or {}), "ansible_control_path": f"{control_dir}/{name}"}
+        children[group] = {"hosts": members}
+    return {"all": {"vars": dict(root.get("vars") or {}), "children": children}}
+
+
+FLEET_VARS = {
+    # The aliases of one container share its host name and default address on purpose.
+    "preflight_check_collisions": False,
+}
+
+
+def write_fleet_inventory(lab_dir: Path, fleet_dir: Path, aliases: int, control_dir: Path) -> list[str]:
+    """The fleet's inventory folder from the lab's: hosts.yml, group_vars (copied, plus fleet.yml),
+    host_vars per alias; returns the fleet's host names."""
+    lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
+    hosts = fleet_hosts(lab_hosts, aliases, str(control_dir))
+    if fleet_dir.exists():
+        shutil.rmtree(fleet_dir)
+    fleet_dir.mkdir(parents=True)
+    (fleet_dir / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False), encoding="utf-8")
+    if (lab_dir / "group_vars").is_dir():
+        shutil.copytree(lab_dir / "group_vars", fleet_dir / "group_vars")
+    all_vars = fleet_dir / "group_vars" / "all"
+    all_vars.mkdir(parents=True, exist_ok=True)
+    (all_vars / "fleet.yml").write_text(
+        "# benchmarks/fleet_noop.py: aliases of one container share its name and address.\n---\n"
+        + yaml.safe_dump(FLEET_VARS),
+        encoding="utf-8",
+    )
+    for folder in sorted((lab_dir / "host_vars").glob("*")) if (lab_dir / "host_vars").is_dir() else []:
+        for name in alias_names(folder.name, aliases):
+            shutil.copytree(folder, fleet_dir / "host_vars" / name)
+    control_dir.mkdir(parents=True, exist_ok=True)
+    return sorted({n for g in hosts["all"]["children"].values() for n in g["hosts"]})
+
+
+# ---------------------------------------------------------------------------------------------------
+# CPU accounting from /proc
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    pid: int
+    comm: str
+    ppid: int
+    cpu_ticks: int  # utime + stime
+    start: int  # starttime, in ticks since boot: tells a reused pid from the first
+
+
+def parse_stat(text: str) -> ProcStat:
+    """One /proc/<pid>/stat line (the command name may hold spaces and parentheses)."""
+    head, _, tail = text.rpartition(")")
+    pid_text, _, comm = head.partition(" (")
+    fields = tail.split()
+    # fields[0] is the state (field 3); utime, stime are fields 14, 15; starttime field 22.
+    return ProcStat(int(pid_text), comm, int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19]))
+
+
+def read_stats(proc: Path) -> dict[int, ProcStat]:
+    """Every process's stat under a /proc tree (processes gone meanwhile are left out)."""
+    out: dict[int, ProcStat] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            out[int(entry.name)] = parse_stat((entry / "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def read_cmdline(proc: Path, pid: int) -> str:
+    try:
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def cpu_times(proc: Path = Path("/proc")) -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat's first line."""
+    fields = [int(v) for v in (proc / "stat").read_text().split("\n", 1)[0].split()[1:9]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """How busy the CPUs were between two cpu_times() readings (0..1)."""
+    return (after[0] - before[0]) / max(after[1] - before[1], 1)
+
+
+@dataclass
+class Tracked:
+    stat: ProcStat
+    cmdline: str
+    orphaned: bool = False  # seen with a parent outside the tree: its parent never reaps it for us
+
+
+@dataclass
+class TreeSampler:
+    """The CPU of a process tree, sampled: each descendant's last utime+stime, by pid and start time."""
+
+    root: int
+    proc: Path = Path("/proc")
+    seen: dict[tuple[int, int], Tracked] = field(default_factory=dict)
+
+    def sample(self) -> None:
+        stats = read_stats(self.proc)
+        tree = {self.root}
+        children: dict[int, list[int]] = {}
+        for st in stats.values():
+            children.setdefault(st.ppid, []).append(st.pid)
+        todo = [self.root]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in tree:
+                    tree.add(child)
+                    todo.append(child)
+        for pid, st in stats.items():
+            key = (pid, st.start)
+            known = self.seen.get(key)
+            if pid in tree:
+                if known is None:
+                    self.seen[key] = Tracked(st, read_cmdline(self.proc, pid))
+                else:
+                    known.stat = st
+            elif known is not None:
+                known.stat = st
+                known.orphaned = True
+
+    def seconds(self, key: tuple[int, int]) -> float:
+        return self.seen[key].stat.cpu_ticks / CLK_TCK
+
+    def orphaned_seconds(self) -> float:
+        """CPU of descendants that left the tree (re-parented): no getrusage of ours counts them."""
+        return sum(t.stat.cpu_ticks for t in self.seen.values() if t.orphaned) / CLK_TCK
+
+    def busiest(self) -> tuple[str, float]:
+        """The descendant with the most CPU: (its command line, cut short; its CPU seconds)."""
+        if not self.seen:
+            return "", 0.0
+        top = max(self.seen.values(), key=lambda t: t.stat.cpu_ticks)
+        return top.cmdline[:100] or top.stat.comm, top.stat.cpu_ticks / CLK_TCK
+
+    def by_command(self) -> dict[str, float]:
+        """CPU seconds per command name (as sampled: short-lived forks are under-counted)."""
+        out: dict[str, float] = {}
+        for t in self.seen.values():
+            out[t.stat.comm] = out.get(t.stat.comm, 0.0) + t.stat.cpu_ticks / CLK_TCK
+        return out
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------------------------------
+# The projection
+
+
+@dataclass(frozen=True)
+class Projection:
+    hosts: int
+    cores: int
+    shards: int
+    cpu_bound_s: float  # all controller CPU spread over the cores
+    serial_bound_s: float  # the busiest process's share, on one core
+    fixed_s: float
+    wall_s: float
+
+
+def shard_efficiency(busiest_1: float, busiest_n: float, shards_n: int) -> float:
+    """How much of the ideal split n shards achieved on the busiest process (1.0: it carries 1/n)."""
+    if shards_n <= 1 or busiest_n <= 0:
+        return 1.0
+    return min(1.0, (busiest_1 / busiest_n) / shards_n)
+
+
+def project(
+    *,
+    hosts: int,
+    cores: int,
+    shards: int,
+    per_host_cpu: float,
+    busiest_per_host_1: float,
+    efficiency: float,
+    fixed_s: float,
+) -> Projection:
+    """Wall time of a no-op over `hosts` on a `cores`-core controller running `shards` processes: the
+    fixed cost, plus the longer of (all controller CPU over the cores) and (the busiest process's CPU,
+    one core's worth, which `shards` split with the measured efficiency). Nodes' CPU is their own."""
+    cpu_bound = hosts * per_host_cpu / cores
+    serial = hosts * busiest_per_host_1 / max(1.0, shards * efficiency)
+    return Projection(hosts, cores, shards, cpu_bound, serial, fixed_s, fixed_s + max(cpu_bound, serial))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runs
+
+
+def gpubring_cmd(*args: str | Path) -> list[str]:
+    return [sys.executable, "-m", "gpubring", *map(str, args)]
+
+
+def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_COLOR": "1"}
+    return subprocess.run(
+        gpubring_cmd(*args), capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env
+    )
+
+
+def must(proc: subprocess.CompletedProcess[str], what: str) -> None:
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
+        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def shard_args(shards: int) -> tuple[list[str], str]:
+    """How to ask `gpubring up` for `shards` processes, and how the row names it."""
+    if shards <= 0:
+        return [], "default"
+    helptext = gpubring("up", "--help").stdout
+    if "--shards" in helptext:
+        return ["--shards", str(shards)], f"--shards {shards}"
+    settings = (REPO / "settings.yml").read_text(encoding="utf-8")
+    if "gpubring_shards:" in settings:
+        return ["-e", f"gpubring_shards={shards}"], f"gpubring_shards={shards}"
+    return [], "unsharded (gpubring up has no shards yet)"
+
+
+def lab_cpu(prefix: str) -> float | None:
+    """CPU seconds the lab's containers have used (cgroup v2 cpu.stat or v1 cpuacct); None if unread."""
+    ids = subprocess.run(
+        ["docker", "ps", "--quiet", "--no-trunc", "--filter", f"label=io.gpubring.lab.prefix={prefix}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    total = 0.0
+    for cid in ids:
+        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
+        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
+        if v2.is_file():
+            stat = dict(line.split() for line in v2.read_text().splitlines())
+            total += int(stat["usage_usec"]) / 1e6
+        elif v1.is_file():
+            total += int(v1.read_text()) / 1e9
+        else:
+            return None
+    return total
+
+
+def report_stats(path: Path) -> dict[str, dict[str, int]]:
+    data = json.loads(path.read_text())
+    return {h: {k: int(v) for k, v in c.items()} for h, c in data["stats"].items()}
+
+
+def timed_run(
+    inventory: Path, extra: Sequence[str], report: Path, prefix: str, interval: float
+) -> dict[str, Any]:
+    """One `gpubring up` with the controller's process tree sampled; its figures."""
+    env = {**os.environ, "NO_COLOR": "1"}
+    nodes0 = lab_cpu(prefix)
+    cpu0 = cpu_times()
+    rusage0 = children_cpu()
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        gpubring_cmd("up", inventory, *extra, "--json", report),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO, env=env, text=True,
+    )  # fmt: skip
+    sampler = TreeSampler(proc.pid)
+    out_chunks: list[str] = []
+    # The output is read by a thread so the pipe never fills while the main loop samples.
+    reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read() if proc.stdout else ""))
+    reader.start()
+    while proc.poll() is None:
+        sampler.sample()
+        time.sleep(interval)
+    wall = time.monotonic() - start
+    reader.join()
+    rusage1 = children_cpu()
+    cpu1 = cpu_times()
+    sampler.sample()  # the re-parented ones (SSH masters) still alive: their CPU so far
+    nodes1 = lab_cpu(prefix)
+    if proc.returncode != 0:
+        tail = "\n".join("".join(out_chunks).strip().splitlines()[-40:])
+        raise SystemExit(f"gpubring up {' '.join(extra)} failed (exit {proc.returncode}):\n{tail}")
+    stats = report_stats(report)
+    busiest_cmd, busiest_s = sampler.busiest()
+    controller = (rusage1 - rusage0) + sampler.orphaned_seconds()
+    return {
+        "hosts": len(stats),
+        "wall_s": wall,
+        "changed": sum(s.get("changed", 0) for s in stats.values()),
+        "tasks_per_host": max(sum(s.get(k, 0) for k in ("ok", "failed", "skipped", "unreachable"))
+                              for s in stats.values()),
+        "controller_cpu_s": controller,
+        "orphaned_cpu_s": sampler.orphaned_seconds(),
+        "busiest": busiest_cmd,
+        "busiest_cpu_s": busiest_s,
+        "by_command": sampler.by_command(),
+        "cpu_busy": busy_share(cpu0, cpu1),
+        "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3, help="lab containers (default 3)")
+    parser.add_argument("--cpu-nodes", type=int, default=1, help="of them CPU-only workers (default 1)")
+    parser.add_argument("--aliases", type=int, default=10, help="inventory names per container (10)")
+    parser.add_argument("--shards", default="1,2", help="shard counts to time, comma-separated (1,2)")
+    parser.add_argument("--distro", default="debian12", choices=("debian12", "debian13"))
+    parser.add_argument("--forks", type=int, default=None, help="ansible forks (default: gpubring up's)")
+    parser.add_argument("--interval", type=float, default=0.2, help="/proc sampling period (0.2 s)")
+    parser.add_argument("--small", type=int, default=1, help="also time this many aliases (fixed cost)")
+    parser.add_argument("--lab-dir", type=Path, default=None, help="the lab's inventory folder (kept)")
+    parser.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    args = parser.parse_args()
+    shard_counts = [int(s) for s in args.shards.split(",") if s.strip()]
+    forks = ["--forks", str(args.forks)] if args.forks else []
+    work = Path(tempfile.mkdtemp(prefix="gpubring-fleet-"))
+    lab_dir = args.lab_dir or work / "lab"
+    lab = ("--prefix", PREFIX, "--inventory-dir", lab_dir)
+    rows: list[dict[str, Any]] = []
+    try:
+        shape = ("--nodes", str(args.nodes), "--cpu-nodes", str(args.cpu_nodes), "--distro", args.distro)
+        must(gpubring("lab", "up", *shape, *lab), "lab up")
+        start = time.monotonic()
+        must(gpubring("up", lab_dir, *forks, "--json", work / "converge.json"), "converging run")
+        print(f"lab of {args.nodes} node(s) converged in {time.monotonic() - start:.0f} s", flush=True)
+        control = Path(tempfile.mkdtemp(prefix="gpubfleet-cp-", dir="/tmp"))
+        # The full fleet first: its untimed run proves every alias a no-op; the small fleet's names
+        # are a subset of it, timed once for the fixed cost of a run.
+        sizes = [args.aliases, *([args.small] if 0 < args.small < args.aliases else [])]
+        for aliases in sizes:
+            fleet = work / f"fleet{aliases}"
+            names = write_fleet_inventory(lab_dir, fleet, aliases, control)
+            if aliases == args.aliases:
+                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", PREFIX, args.interval)
+                print(
+                    f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
+                    f"{warm['changed']} changed",
+                    flush=True,
+                )
+                if warm["changed"]:
+                    raise SystemExit("the aliases are not equivalent: the first fleet run changed tasks")
+            for shards in shard_counts if aliases == args.aliases else [shard_counts[0]]:
+                extra, label = shard_args(shards)
+                if shards > 1 and not extra:
+                    print(f"{shards} shards: skipped, {label}", flush=True)
+                    continue
+                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json", PREFIX,
+                                args.interval)  # fmt: skip
+                row.update(aliases=aliases, shards=shards, shard_label=label)
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "by_command"}), flush=True)
+                if row["changed"]:
+                    raise SystemExit(f"the no-op changed {row['changed']} task(s)")
+    finally:
+        if not args.keep_lab:
+            gpubring("lab", "down", *lab, timeout=600)
+    summarise(rows, args.aliases, args.json)
+
+
+def summarise(rows: list[dict[str, Any]], aliases: int, out: Path | None) -> None:
+    print()
+    print("| hosts | shards | no-op (s) | changed | controller CPU/host (s) | busiest process CPU/host (s) "
+          "| its share | CPUs busy | nodes' CPU (s) |")  # fmt: skip
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        nodes = "n/a" if r["nodes_cpu_s"] is None else f"{r['nodes_cpu_s']:.0f}"
+        print(
+            f"| {r['hosts']} | {r['shard_label']} | {r['wall_s']:.1f} | {r['changed']} | "
+            f"{r['controller_cpu_s'] / r['hosts']:.2f} | {r['busiest_cpu_s'] / r['hosts']:.2f} | "
+            f"{r['busiest_cpu_s'] / r['controller_cpu_s']:.0%} | {r['cpu_busy']:.0%} | {nodes} |"
+        )
+    big = [r for r in rows if r["aliases"] == aliases]
+    small = [r for r in rows if r["aliases"] != aliases]
+    if not big:
+        return
+    one = big[0]
+    per_host = one["controller_cpu_s"] / one["hosts"]
+    busiest_1 = one["busiest_cpu_s"] / one["hosts"]
+    sharded = [r for r in big if r["shards"] > 1 and "unsharded" not in r["shard_label"]]
+    eff = 1.0
+    if sharded:
+        r = sharded[0]
+        eff = shard_efficiency(busiest_1, r["busiest_cpu_s"] / r["hosts"], r["shards"])
+        print(f"\n{r['shards']} shards: the busiest process carries "
+              f"{r['busiest_cpu_s'] / r['hosts'] / busiest_1:.0%} of one process's CPU per host "
+              f"(efficiency {eff:.2f} of the ideal split)")  # fmt: skip
+    fixed = fixed_cost(small[0], one) if small else 0.0
+    print(f"fixed cost of a run (wall at two fleet sizes, extrapolated to 0 hosts): {fixed:.1f} s")
+    projections = [
+        project(hosts=n, cores=16, shards=16, per_host_cpu=per_host, busiest_per_host_1=busiest_1,
+                efficiency=eff, fixed_s=fixed)
+        for n in (1, 100, 1000)
+    ]  # fmt: skip
+    for p in projections:
+        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shards: {p.wall_s:.0f} s "
+              f"(CPU over cores {p.cpu_bound_s:.0f} s, busiest process {p.serial_bound_s:.0f} s, "
+              f"fixed {p.fixed_s:.0f} s)")  # fmt: skip
+    if out:
+        payload = {"rows": rows, "efficiency": eff, "fixed_s": fixed,
+                   "projections": [p.__dict__ for p in projections]}  # fmt: skip
+        out.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def fixed_cost(small: Mapping[str, Any], big: Mapping[str, Any]) -> float:
+    """The run's cost that does not grow with hosts: the wall time line through two fleet sizes at 0."""
+    return intercept([(small["hosts"], small["wall_s"]), (big["hosts"], big["wall_s"])])
+
+
+def intercept(points: Iterable[tuple[float, float]]) -> float:
+    """Where the line through two (hosts, seconds) points meets 0 hosts (never below 0)."""
+    (x0, y0), (x1, y1) = sorted(points)
+    if x1 == x0:
+        return max(0.0, y0)
+    slope = (y1 - y0) / (x1 - x0)
+    return max(0.0, y0 - slope * x0)
+
+
+if __name__ == "__main__":
+    main()

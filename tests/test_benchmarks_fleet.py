@@ -1,0 +1,216 @@
+"""benchmarks/fleet_noop.py's pure parts: the fleet inventory it derives from a lab's, the /proc
+sampling of a process tree (on a /proc tree built here), and the projection's arithmetic. The timed
+runs themselves need a lab and are the benchmark's job (docs/fleet.md)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fleet_noop", REPO / "benchmarks" / "fleet_noop.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fleet_noop"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+fleet = _load()
+TICK = fleet.CLK_TCK
+
+
+# --- the fleet inventory ------------------------------------------------------------------------------
+
+LAB_HOSTS = {
+    "all": {
+        "vars": {"ansible_user": "root", "ansible_ssh_private_key_file": "/lab/.ssh/id_ed25519"},
+        "children": {
+            "control_plane": {"hosts": {"fl-cp1": {"ansible_host": "127.0.0.1", "ansible_port": 2201}}},
+            "gpu_nodes": {"hosts": {"fl-gpu1": {"ansible_host": "127.0.0.1", "ansible_port": 2202}}},
+            "cpu_nodes": {"hosts": {"fl-cpu1": {"ansible_host": "127.0.0.1", "ansible_port": 2203}}},
+        },
+    }
+}
+
+
+def test_alias_names_are_distinct_dns_labels_in_order() -> None:
+    assert fleet.alias_names("fl-gpu1", 3) == ["fl-gpu1-a00", "fl-gpu1-a01", "fl-gpu1-a02"]
+    many = fleet.alias_names("n", 120)
+    assert len(set(many)) == 120
+    assert many[0] == "n-a000"
+    assert many[-1] == "n-a119"
+    with pytest.raises(ValueError, match="aliases: expected 1 or more"):
+        fleet.alias_names("n", 0)
+
+
+def test_fleet_hosts_keeps_groups_and_address_with_one_control_path_per_alias() -> None:
+    hosts = fleet.fleet_hosts(LAB_HOSTS, 2, "/tmp/cp")
+    assert hosts["all"]["vars"] == LAB_HOSTS["all"]["vars"]
+    children = hosts["all"]["children"]
+    assert set(children) == {"control_plane", "gpu_nodes", "cpu_nodes"}
+    gpu = children["gpu_nodes"]["hosts"]
+    assert gpu == {
+        name: {"ansible_host": "127.0.0.1", "ansible_port": 2202, "ansible_control_path": f"/tmp/cp/{name}"}
+        for name in ("fl-gpu1-a00", "fl-gpu1-a01")
+    }
+    assert list(children["control_plane"]["hosts"]) == ["fl-cp1-a00", "fl-cp1-a01"]
+    # The lab's own data is not changed (the next alias count derives from it again).
+    assert "ansible_control_path" not in LAB_HOSTS["all"]["children"]["gpu_nodes"]["hosts"]["fl-gpu1"]
+
+
+def test_write_fleet_inventory_copies_group_and_host_vars_per_alias(tmp_path: Path) -> None:
+    lab = tmp_path / "lab"
+    (lab / "group_vars" / "all").mkdir(parents=True)
+    (lab / "group_vars" / "all" / "lab.yml").write_text("gpubring_serial: 100%\n")
+    (lab / "host_vars" / "fl-gpu1").mkdir(parents=True)
+    (lab / "host_vars" / "fl-gpu1" / "lab.yml").write_text("nvidia_driver_kernel_version: 6.1.0-41-amd64\n")
+    (lab / "hosts.yml").write_text(yaml.safe_dump(LAB_HOSTS))
+    out = tmp_path / "fleet"
+    (out / "stale").mkdir(parents=True)  # a previous fleet's folder is replaced, not merged
+    names = fleet.write_fleet_inventory(lab, out, 3, tmp_path / "cp")
+    assert len(names) == 9
+    assert not (out / "stale").exists()
+    assert (tmp_path / "cp").is_dir()
+    written = yaml.safe_load((out / "hosts.yml").read_text())
+    assert sorted(h for g in written["all"]["children"].values() for h in g["hosts"]) == names
+    assert (out / "group_vars" / "all" / "lab.yml").read_text() == "gpubring_serial: 100%\n"
+    assert yaml.safe_load((out / "group_vars" / "all" / "fleet.yml").read_text()) == {
+        "preflight_check_collisions": False
+    }
+    assert sorted(p.name for p in (out / "host_vars").iterdir()) == fleet.alias_names("fl-gpu1", 3)
+    assert (out / "host_vars" / "fl-gpu1-a02" / "lab.yml").read_text().startswith("nvidia_driver_kernel")
+
+
+# --- /proc sampling -------------------------------------------------------------------------------------
+
+
+def _stat(pid: int, comm: str, ppid: int, utime: int, stime: int, *, start: int = 1000) -> str:
+    # Fields 3.. of proc(5): state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime
+    # stime cutime cstime priority nice threads itrealvalue starttime ...
+    rest = [ppid, 1, 1, 0, -1, 0, 0, 0, 0, 0, utime, stime, 0, 0, 20, 0, 1, 0, start, 1, 1]
+    return f"{pid} ({comm}) S " + " ".join(map(str, rest)) + "\n"
+
+
+def _proc(root: Path, procs: dict[int, tuple[str, int, int, int, str]]) -> None:
+    """Write /proc/<pid>/{stat,cmdline} for (comm, ppid, utime, stime, cmdline) entries; others removed."""
+    for old in root.glob("[0-9]*"):
+        if int(old.name) not in procs:
+            for f in old.iterdir():
+                f.unlink()
+            old.rmdir()
+    for pid, (comm, ppid, utime, stime, cmdline) in procs.items():
+        d = root / str(pid)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "stat").write_text(_stat(pid, comm, ppid, utime, stime))
+        (d / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+
+
+def test_parse_stat_reads_names_with_spaces_and_parentheses() -> None:
+    st = fleet.parse_stat(_stat(42, "odd) name (x", 7, 150, 50, start=4321))
+    assert (st.pid, st.comm, st.ppid, st.cpu_ticks, st.start) == (42, "odd) name (x", 7, 200, 4321)
+
+
+def test_tree_sampler_keeps_each_descendant_and_counts_the_reparented(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "self").mkdir()  # not a pid: ignored
+    _proc(proc, {
+        1: ("init", 0, 5000, 5000, "/sbin/init"),
+        100: ("python", 1, 100, 0, "python -m gpubring up inv"),
+        101: ("ansible-playboo", 100, 300, 100, "ansible-playbook run.yml"),
+        102: ("ansible-playboo", 101, 20, 0, "ansible-playbook run.yml"),
+        103: ("ssh", 102, 1, 0, "ssh -o ControlMaster=auto host"),
+        500: ("other", 1, 9000, 0, "someone else"),
+    })  # fmt: skip
+    sampler = fleet.TreeSampler(100, proc)
+    sampler.sample()
+    assert {pid for pid, _ in sampler.seen} == {100, 101, 102, 103}
+    # The ssh client forked its ControlPersist master (104); then the worker and the client end and the
+    # master is re-parented to init, and gpubring ends before its ansible-playbook (re-parented too).
+    _proc(proc, {
+        1: ("init", 0, 5000, 5000, "/sbin/init"),
+        100: ("python", 1, 110, 0, "python -m gpubring up inv"),
+        101: ("ansible-playboo", 100, 600, 200, "ansible-playbook run.yml"),
+        102: ("ansible-playboo", 101, 20, 0, "ansible-playbook run.yml"),
+        103: ("ssh", 102, 1, 0, "ssh -o ControlMaster=auto host"),
+        104: ("ssh", 103, 3, 0, "ssh: /tmp/cp/host [mux]"),
+        500: ("other", 1, 9900, 0, "someone else"),
+    })  # fmt: skip
+    sampler.sample()
+    _proc(proc, {
+        1: ("init", 0, 5000, 5000, "/sbin/init"),
+        101: ("ansible-playboo", 1, 600, 200, "ansible-playbook run.yml"),
+        104: ("ssh", 1, 7, 1, "ssh: /tmp/cp/host [mux]"),
+    })  # fmt: skip
+    sampler.sample()
+    assert {pid for pid, _ in sampler.seen} == {100, 101, 102, 103, 104}
+    assert 500 not in {pid for pid, _ in sampler.seen}
+    # 104 was seen in the tree, then under init: its last reading counts; nobody of ours reaps it.
+    assert sampler.orphaned_seconds() == pytest.approx((8 + 800) / TICK)
+    # 101 was also seen under init once 100 ended: re-parented, so it counts as well.
+    assert sampler.seen[(101, 1000)].orphaned
+    busiest, seconds = sampler.busiest()
+    assert busiest == "ansible-playbook run.yml"
+    assert seconds == pytest.approx(800 / TICK)
+    by_command = sampler.by_command()
+    assert by_command["ansible-playboo"] == pytest.approx(820 / TICK)
+    assert by_command["ssh"] == pytest.approx(9 / TICK)
+    assert by_command["python"] == pytest.approx(110 / TICK)
+
+
+def test_tree_sampler_tells_a_reused_pid_from_the_first(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    (proc / "7").mkdir(parents=True)
+    (proc / "7" / "stat").write_text(_stat(7, "python", 1, 10, 0, start=1))
+    (proc / "8").mkdir()
+    (proc / "8" / "stat").write_text(_stat(8, "worker", 7, 30, 0, start=2))
+    sampler = fleet.TreeSampler(7, proc)
+    sampler.sample()
+    (proc / "8" / "stat").write_text(_stat(8, "worker", 7, 5, 0, start=9))  # pid 8 again, a new process
+    sampler.sample()
+    assert sorted(t.stat.cpu_ticks for (pid, _), t in sampler.seen.items() if pid == 8) == [5, 30]
+
+
+def test_cpu_times_and_busy_share_from_proc_stat(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n")
+    before = fleet.cpu_times(tmp_path)
+    assert before == (150, 1000)
+    (tmp_path / "stat").write_text("cpu  190 0 80 840 50 0 0 0 0 0\n")
+    after = fleet.cpu_times(tmp_path)
+    assert fleet.busy_share(before, after) == pytest.approx(120 / 160)
+
+
+# --- the projection -----------------------------------------------------------------------------------
+
+
+def test_shard_efficiency() -> None:
+    assert fleet.shard_efficiency(4.0, 2.0, 2) == pytest.approx(1.0)
+    assert fleet.shard_efficiency(4.0, 2.5, 2) == pytest.approx(0.8)
+    assert fleet.shard_efficiency(4.0, 1.0, 2) == 1.0  # never better than the ideal split
+    assert fleet.shard_efficiency(4.0, 4.0, 1) == 1.0
+
+
+def test_project_takes_the_longer_of_cpu_over_cores_and_the_busiest_process() -> None:
+    p = fleet.project(hosts=100, cores=16, shards=16, per_host_cpu=1.6, busiest_per_host_1=0.8,
+                      efficiency=0.5, fixed_s=5.0)  # fmt: skip
+    assert p.cpu_bound_s == pytest.approx(10.0)  # 160 CPU-s over 16 cores
+    assert p.serial_bound_s == pytest.approx(10.0)  # 80 s of one process split 16 x 0.5 = 8 ways
+    assert p.wall_s == pytest.approx(15.0)
+    serial = fleet.project(hosts=1000, cores=16, shards=1, per_host_cpu=1.6, busiest_per_host_1=0.8,
+                           efficiency=1.0, fixed_s=0.0)  # fmt: skip
+    assert serial.wall_s == pytest.approx(800.0)  # one process: its 0.8 s per host, one core
+
+
+def test_intercept_is_the_fixed_cost_of_a_run() -> None:
+    assert fleet.intercept([(30, 70.0), (3, 16.0)]) == pytest.approx(10.0)
+    assert fleet.intercept([(3, 3.0), (30, 90.0)]) == 0.0  # never below 0
+    assert fleet.intercept([(3, 7.0), (3, 9.0)]) == 7.0
