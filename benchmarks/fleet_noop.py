@@ -52,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "gpubfleet"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+DEFAULT_FORKS = 10  # gpubring up's --forks default
+PLAYBOOK = "ansible-playboo"  # ansible-playbook's command name in /proc (15 characters)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -180,6 +182,7 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
 class Tracked:
     stat: ProcStat
     cmdline: str
+    seen_at: float = 0.0  # time.monotonic() of its first sample
     orphaned: bool = False  # seen with a parent outside the tree: its parent never reaps it for us
 
 
@@ -191,7 +194,7 @@ class TreeSampler:
     proc: Path = Path("/proc")
     seen: dict[tuple[int, int], Tracked] = field(default_factory=dict)
 
-    def sample(self) -> None:
+    def sample(self, now: float = 0.0) -> None:
         stats = read_stats(self.proc)
         tree = {self.root}
         children: dict[int, list[int]] = {}
@@ -208,7 +211,7 @@ class TreeSampler:
             known = self.seen.get(key)
             if pid in tree:
                 if known is None:
-                    self.seen[key] = Tracked(st, read_cmdline(self.proc, pid))
+                    self.seen[key] = Tracked(st, read_cmdline(self.proc, pid), now)
                 else:
                     known.stat = st
             elif known is not None:
@@ -222,12 +225,23 @@ class TreeSampler:
         """CPU of descendants that left the tree (re-parented): no getrusage of ours counts them."""
         return sum(t.stat.cpu_ticks for t in self.seen.values() if t.orphaned) / CLK_TCK
 
-    def busiest(self) -> tuple[str, float]:
-        """The descendant with the most CPU: (its command line, cut short; its CPU seconds)."""
-        if not self.seen:
+    def busiest(self, comm: str | None = None) -> tuple[str, float]:
+        """The process (of this command name, when given) with the most CPU: (its command line, cut
+        short; its CPU seconds)."""
+        pool = [t for t in self.seen.values() if comm is None or t.stat.comm == comm]
+        if not pool:
             return "", 0.0
-        top = max(self.seen.values(), key=lambda t: t.stat.cpu_ticks)
+        top = max(pool, key=lambda t: t.stat.cpu_ticks)
         return top.cmdline[:100] or top.stat.comm, top.stat.cpu_ticks / CLK_TCK
+
+    def root_seconds(self) -> float:
+        """The root process's own CPU seconds (as last sampled)."""
+        mine = [t for (pid, _), t in self.seen.items() if pid == self.root]
+        return max((t.stat.cpu_ticks for t in mine), default=0) / CLK_TCK
+
+    def first_seen(self, comm: str) -> float | None:
+        """When a process of this command name was first sampled (time.monotonic()), None if never."""
+        return min((t.seen_at for t in self.seen.values() if t.stat.comm == comm), default=None)
 
     def by_command(self) -> dict[str, float]:
         """CPU seconds per command name (as sampled: short-lived forks are under-counted)."""
@@ -247,13 +261,27 @@ def children_cpu() -> float:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What the projection starts from, all measured by the timed runs (docs/fleet.md)."""
+
+    per_host_cpu: float  # controller CPU-seconds per host (every process of the tree)
+    root_per_host: float  # of it, the gpubring process's own (one process however many shards)
+    playbook_per_host: float  # the busiest ansible-playbook process's, with one shard
+    efficiency: float  # how well shards split that process (shard_efficiency; 1.0: ideal)
+    startup_s: float  # from the command's start to its first ansible-playbook process
+    round_s: float  # seconds per task when every host of a shard is worked at once (one fork round)
+    tasks: int  # task results per host in the no-op
+
+
+@dataclass(frozen=True)
 class Projection:
     hosts: int
     cores: int
     shards: int
+    forks: int
     cpu_bound_s: float  # all controller CPU spread over the cores
-    serial_bound_s: float  # the busiest process's share, on one core
-    fixed_s: float
+    serial_bound_s: float  # the busiest single process, on one core
+    latency_bound_s: float  # task rounds: each task waits for ceil(hosts / (shards x forks)) rounds
     wall_s: float
 
 
@@ -264,22 +292,18 @@ def shard_efficiency(busiest_1: float, busiest_n: float, shards_n: int) -> float
     return min(1.0, (busiest_1 / busiest_n) / shards_n)
 
 
-def project(
-    *,
-    hosts: int,
-    cores: int,
-    shards: int,
-    per_host_cpu: float,
-    busiest_per_host_1: float,
-    efficiency: float,
-    fixed_s: float,
-) -> Projection:
-    """Wall time of a no-op over `hosts` on a `cores`-core controller running `shards` processes: the
-    fixed cost, plus the longer of (all controller CPU over the cores) and (the busiest process's CPU,
-    one core's worth, which `shards` split with the measured efficiency). Nodes' CPU is their own."""
-    cpu_bound = hosts * per_host_cpu / cores
-    serial = hosts * busiest_per_host_1 / max(1.0, shards * efficiency)
-    return Projection(hosts, cores, shards, cpu_bound, serial, fixed_s, fixed_s + max(cpu_bound, serial))
+def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> Projection:
+    """Wall time of a no-op over `hosts` on a `cores`-core controller with `shards` ansible-playbook
+    processes of `forks` forks each: the start-up, plus the longest of (all controller CPU over the
+    cores), (the busiest single process: gpubring's own, or an ansible-playbook split `shards` ways
+    with the measured efficiency) and (the task rounds forks allow). The nodes' CPU is their own."""
+    cpu_bound = hosts * cost.per_host_cpu / cores
+    playbook = cost.playbook_per_host / max(1.0, shards * cost.efficiency)
+    serial = hosts * max(cost.root_per_host, playbook)
+    rounds = -(-hosts // max(1, shards * forks))
+    latency = cost.tasks * rounds * cost.round_s
+    wall = cost.startup_s + max(cpu_bound, serial, latency)
+    return Projection(hosts, cores, shards, forks, cpu_bound, serial, latency, wall)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -360,19 +384,21 @@ def timed_run(
     reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read() if proc.stdout else ""))
     reader.start()
     while proc.poll() is None:
-        sampler.sample()
+        sampler.sample(time.monotonic())
         time.sleep(interval)
     wall = time.monotonic() - start
     reader.join()
     rusage1 = children_cpu()
     cpu1 = cpu_times()
-    sampler.sample()  # the re-parented ones (SSH masters) still alive: their CPU so far
+    sampler.sample(time.monotonic())  # the re-parented ones (SSH masters) still alive: their CPU so far
     nodes1 = lab_cpu(prefix)
     if proc.returncode != 0:
         tail = "\n".join("".join(out_chunks).strip().splitlines()[-40:])
         raise SystemExit(f"gpubring up {' '.join(extra)} failed (exit {proc.returncode}):\n{tail}")
     stats = report_stats(report)
     busiest_cmd, busiest_s = sampler.busiest()
+    _, playbook_s = sampler.busiest(PLAYBOOK)
+    first = sampler.first_seen(PLAYBOOK)
     controller = (rusage1 - rusage0) + sampler.orphaned_seconds()
     return {
         "hosts": len(stats),
@@ -384,6 +410,9 @@ def timed_run(
         "orphaned_cpu_s": sampler.orphaned_seconds(),
         "busiest": busiest_cmd,
         "busiest_cpu_s": busiest_s,
+        "playbook_cpu_s": playbook_s,  # the busiest ansible-playbook process (a shard's main process)
+        "root_cpu_s": sampler.root_seconds(),  # gpubring's own process
+        "startup_s": None if first is None else first - start,
         "by_command": sampler.by_command(),
         "cpu_busy": busy_share(cpu0, cpu1),
         "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
@@ -447,65 +476,60 @@ def main() -> None:
     finally:
         if not args.keep_lab:
             gpubring("lab", "down", *lab, timeout=600)
-    summarise(rows, args.aliases, args.json)
+    summarise(rows, args.aliases, args.forks or DEFAULT_FORKS, args.json)
 
 
-def summarise(rows: list[dict[str, Any]], aliases: int, out: Path | None) -> None:
+def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | None) -> None:
     print()
-    print("| hosts | shards | no-op (s) | changed | controller CPU/host (s) | busiest process CPU/host (s) "
-          "| its share | CPUs busy | nodes' CPU (s) |")  # fmt: skip
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| hosts | shards | no-op (s) | changed | tasks/host | controller CPU/host (s) "
+          "| busiest process CPU/host (s) | its share | gpubring's own CPU/host (s) | CPUs busy "
+          "| nodes' CPU (s) |")  # fmt: skip
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         nodes = "n/a" if r["nodes_cpu_s"] is None else f"{r['nodes_cpu_s']:.0f}"
         print(
             f"| {r['hosts']} | {r['shard_label']} | {r['wall_s']:.1f} | {r['changed']} | "
+            f"{r['tasks_per_host']} | "
             f"{r['controller_cpu_s'] / r['hosts']:.2f} | {r['busiest_cpu_s'] / r['hosts']:.2f} | "
-            f"{r['busiest_cpu_s'] / r['controller_cpu_s']:.0%} | {r['cpu_busy']:.0%} | {nodes} |"
+            f"{r['busiest_cpu_s'] / r['controller_cpu_s']:.0%} | {r['root_cpu_s'] / r['hosts']:.2f} | "
+            f"{r['cpu_busy']:.0%} | {nodes} |"
         )
     big = [r for r in rows if r["aliases"] == aliases]
     small = [r for r in rows if r["aliases"] != aliases]
     if not big:
         return
     one = big[0]
-    per_host = one["controller_cpu_s"] / one["hosts"]
-    busiest_1 = one["busiest_cpu_s"] / one["hosts"]
-    sharded = [r for r in big if r["shards"] > 1 and "unsharded" not in r["shard_label"]]
+    playbook_1 = one["playbook_cpu_s"] / one["hosts"]
+    sharded = [r for r in big if r["shards"] > 1]
     eff = 1.0
     if sharded:
         r = sharded[0]
-        eff = shard_efficiency(busiest_1, r["busiest_cpu_s"] / r["hosts"], r["shards"])
-        print(f"\n{r['shards']} shards: the busiest process carries "
-              f"{r['busiest_cpu_s'] / r['hosts'] / busiest_1:.0%} of one process's CPU per host "
-              f"(efficiency {eff:.2f} of the ideal split)")  # fmt: skip
-    fixed = fixed_cost(small[0], one) if small else 0.0
-    print(f"fixed cost of a run (wall at two fleet sizes, extrapolated to 0 hosts): {fixed:.1f} s")
-    projections = [
-        project(hosts=n, cores=16, shards=16, per_host_cpu=per_host, busiest_per_host_1=busiest_1,
-                efficiency=eff, fixed_s=fixed)
-        for n in (1, 100, 1000)
-    ]  # fmt: skip
+        ratio = (r["busiest_cpu_s"] / r["hosts"]) / (one["busiest_cpu_s"] / one["hosts"])
+        eff = shard_efficiency(playbook_1, r["playbook_cpu_s"] / r["hosts"], r["shards"])
+        print(f"\n{r['shard_label']}: the busiest process carries {ratio:.0%} of the busiest process's CPU "
+              f"per host with one shard (goal <= 55 %); the busiest ansible-playbook splits with efficiency "
+              f"{eff:.2f} of the ideal")  # fmt: skip
+    base = small[0] if small else one
+    startup = base["startup_s"] or 0.0
+    cost = Cost(
+        per_host_cpu=one["controller_cpu_s"] / one["hosts"],
+        root_per_host=max(r["root_cpu_s"] / r["hosts"] for r in big),
+        playbook_per_host=playbook_1,
+        efficiency=eff,
+        startup_s=startup,
+        round_s=(base["wall_s"] - startup) / max(1, base["tasks_per_host"]),
+        tasks=one["tasks_per_host"],
+    )
+    print(f"measured: {cost}")
+    projections = [project(cost, hosts=n, cores=16, shards=16, forks=forks) for n in (1, 100, 1000)]
     for p in projections:
-        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shards: {p.wall_s:.0f} s "
-              f"(CPU over cores {p.cpu_bound_s:.0f} s, busiest process {p.serial_bound_s:.0f} s, "
-              f"fixed {p.fixed_s:.0f} s)")  # fmt: skip
+        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shards of {p.forks} forks: "
+              f"{p.wall_s:.0f} s (start-up {cost.startup_s:.0f} s + the longest of: CPU over cores "
+              f"{p.cpu_bound_s:.0f} s, busiest process {p.serial_bound_s:.0f} s, task rounds "
+              f"{p.latency_bound_s:.0f} s)")  # fmt: skip
     if out:
-        payload = {"rows": rows, "efficiency": eff, "fixed_s": fixed,
-                   "projections": [p.__dict__ for p in projections]}  # fmt: skip
+        payload = {"rows": rows, "cost": cost.__dict__, "projections": [p.__dict__ for p in projections]}
         out.write_text(json.dumps(payload, indent=2) + "\n")
-
-
-def fixed_cost(small: Mapping[str, Any], big: Mapping[str, Any]) -> float:
-    """The run's cost that does not grow with hosts: the wall time line through two fleet sizes at 0."""
-    return intercept([(small["hosts"], small["wall_s"]), (big["hosts"], big["wall_s"])])
-
-
-def intercept(points: Iterable[tuple[float, float]]) -> float:
-    """Where the line through two (hosts, seconds) points meets 0 hosts (never below 0)."""
-    (x0, y0), (x1, y1) = sorted(points)
-    if x1 == x0:
-        return max(0.0, y0)
-    slope = (y1 - y0) / (x1 - x0)
-    return max(0.0, y0 - slope * x0)
 
 
 if __name__ == "__main__":

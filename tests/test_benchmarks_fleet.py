@@ -132,7 +132,7 @@ def test_tree_sampler_keeps_each_descendant_and_counts_the_reparented(tmp_path: 
         500: ("other", 1, 9000, 0, "someone else"),
     })  # fmt: skip
     sampler = fleet.TreeSampler(100, proc)
-    sampler.sample()
+    sampler.sample(1.0)
     assert {pid for pid, _ in sampler.seen} == {100, 101, 102, 103}
     # The ssh client forked its ControlPersist master (104); then the worker and the client end and the
     # master is re-parented to init, and gpubring ends before its ansible-playbook (re-parented too).
@@ -145,7 +145,7 @@ def test_tree_sampler_keeps_each_descendant_and_counts_the_reparented(tmp_path: 
         104: ("ssh", 103, 3, 0, "ssh: /tmp/cp/host [mux]"),
         500: ("other", 1, 9900, 0, "someone else"),
     })  # fmt: skip
-    sampler.sample()
+    sampler.sample(2.0)
     _proc(proc, {
         1: ("init", 0, 5000, 5000, "/sbin/init"),
         101: ("ansible-playboo", 1, 600, 200, "ansible-playbook run.yml"),
@@ -161,6 +161,10 @@ def test_tree_sampler_keeps_each_descendant_and_counts_the_reparented(tmp_path: 
     busiest, seconds = sampler.busiest()
     assert busiest == "ansible-playbook run.yml"
     assert seconds == pytest.approx(800 / TICK)
+    assert sampler.busiest("ssh") == ("ssh: /tmp/cp/host [mux]", pytest.approx(8 / TICK))
+    assert sampler.root_seconds() == pytest.approx(110 / TICK)
+    assert sampler.first_seen("ssh") == 1.0
+    assert sampler.first_seen("none") is None
     by_command = sampler.by_command()
     assert by_command["ansible-playboo"] == pytest.approx(820 / TICK)
     assert by_command["ssh"] == pytest.approx(9 / TICK)
@@ -199,18 +203,29 @@ def test_shard_efficiency() -> None:
     assert fleet.shard_efficiency(4.0, 4.0, 1) == 1.0
 
 
-def test_project_takes_the_longer_of_cpu_over_cores_and_the_busiest_process() -> None:
-    p = fleet.project(hosts=100, cores=16, shards=16, per_host_cpu=1.6, busiest_per_host_1=0.8,
-                      efficiency=0.5, fixed_s=5.0)  # fmt: skip
+COST = fleet.Cost(
+    per_host_cpu=1.6, root_per_host=0.05, playbook_per_host=0.8, efficiency=0.5, startup_s=3.0,
+    round_s=0.02, tasks=250,
+)  # fmt: skip
+
+
+def test_project_takes_the_longest_of_cpu_over_cores_the_busiest_process_and_the_task_rounds() -> None:
+    p = fleet.project(COST, hosts=100, cores=16, shards=16, forks=10)
     assert p.cpu_bound_s == pytest.approx(10.0)  # 160 CPU-s over 16 cores
-    assert p.serial_bound_s == pytest.approx(10.0)  # 80 s of one process split 16 x 0.5 = 8 ways
-    assert p.wall_s == pytest.approx(15.0)
-    serial = fleet.project(hosts=1000, cores=16, shards=1, per_host_cpu=1.6, busiest_per_host_1=0.8,
-                           efficiency=1.0, fixed_s=0.0)  # fmt: skip
-    assert serial.wall_s == pytest.approx(800.0)  # one process: its 0.8 s per host, one core
+    assert p.serial_bound_s == pytest.approx(10.0)  # 80 s of one ansible-playbook split 16 x 0.5 = 8 ways
+    assert p.latency_bound_s == pytest.approx(5.0)  # 100 hosts <= 16 x 10 forks: one round of 250 tasks
+    assert p.wall_s == pytest.approx(13.0)
+    big = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=10)
+    assert big.latency_bound_s == pytest.approx(250 * 7 * 0.02)  # ceil(1000 / 160) = 7 rounds
+    assert big.wall_s == pytest.approx(3.0 + 100.0)  # CPU over cores: 1,600 CPU-s / 16
+    one_process = fleet.project(COST, hosts=1000, cores=16, shards=1, forks=10)
+    assert one_process.serial_bound_s == pytest.approx(800.0)  # 0.8 s per host on one core
+    assert one_process.latency_bound_s == pytest.approx(250 * 100 * 0.02)
+    assert one_process.wall_s == pytest.approx(803.0)
 
 
-def test_intercept_is_the_fixed_cost_of_a_run() -> None:
-    assert fleet.intercept([(30, 70.0), (3, 16.0)]) == pytest.approx(10.0)
-    assert fleet.intercept([(3, 3.0), (30, 90.0)]) == 0.0  # never below 0
-    assert fleet.intercept([(3, 7.0), (3, 9.0)]) == 7.0
+def test_project_never_splits_gpubrings_own_process() -> None:
+    heavy_root = fleet.Cost(**{**COST.__dict__, "root_per_host": 0.5})
+    p = fleet.project(heavy_root, hosts=100, cores=16, shards=16, forks=10)
+    assert p.serial_bound_s == pytest.approx(50.0)  # 0.5 s per host in the one gpubring process
+    assert p.wall_s == pytest.approx(53.0)
