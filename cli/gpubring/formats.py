@@ -151,6 +151,12 @@ def _serial(value: Any) -> str | None:
     return f"an Ansible serial value: a count >= 1, a percentage 1%-100%, or a list of them, got {value!r}"
 
 
+def _shards(value: Any) -> str | None:
+    if value == "auto" or (_is_int(value) and value >= 1):
+        return None
+    return f"'auto' or an integer >= 1, got {value!r}"
+
+
 def _kubernetes_release(value: Any) -> str | None:
     """x.y.z, as pkgs.k8s.io and kubeadm name a release (the kubernetes_packages role asserts the same)."""
     if isinstance(value, str) and re.fullmatch(r"\d+\.\d+\.\d+", value):
@@ -178,6 +184,7 @@ FORMATS: dict[str, Callable[[Any], str | None]] = {
     "dns_subdomain": _dns_subdomain,
     "label_key": _label_key,
     "serial": _serial,
+    "shards": _shards,
     "duration": _duration,
     "kubernetes_release": _kubernetes_release,
 }

@@ -50,6 +50,15 @@ Accelerate = Annotated[
         help="Use Mitogen's strategy when it is installed and supports this ansible-core; else linear.",
     ),
 ]
+Shards = Annotated[
+    int | None,
+    typer.Option(
+        "--shards",
+        min=1,
+        help="ansible-playbook processes for the host phase, over disjoint slices of the hosts "
+        "(default: the inventory's gpubring_shards, auto = the controller's cores).",
+    ),
+]
 Verbose = Annotated[
     int,
     typer.Option(
@@ -131,6 +140,11 @@ def extra_vars_warnings(sources: Sequence[ExtraVarsSource]) -> list[str]:
             if message is not None:
                 out.append(f"-e {key}: {message}")
     return out
+
+
+def phase_run_options(func: Callable[..., None]) -> Callable[..., None]:
+    """targeted_run_options with --shards (`gpubring up`: the host phase runs sharded)."""
+    return _run_options(func, _TARGET_PARAMETERS + _RUN_PARAMETERS + (_keyword("shards", Shards, None),))
 
 
 def run_options(func: Callable[..., None]) -> Callable[..., None]:

@@ -31,6 +31,9 @@ class RunOptions:
     verbosity: int = 0
     accelerate: bool = True
     json_report: Path | None = None
+    # --shards: ansible-playbook processes for the host phase (gpubring.run.shards); None: the
+    # inventory's gpubring_shards (settings.yml, default auto: the controller's cores).
+    shards: int | None = None
 
 
 class ExtraVarsError(ValueError):

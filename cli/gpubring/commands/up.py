@@ -9,7 +9,7 @@ import typer
 
 from gpubring.commands._common import hold_run_lock
 from gpubring.exitcodes import ExitCode
-from gpubring.options import FromPhase, InventoryArg, Only, targeted_run_options
+from gpubring.options import FromPhase, InventoryArg, Only, phase_run_options
 from gpubring.runopts import RunOptions
 
 # For tests and playbook development: run phase playbooks (preflight.yml, ...) from another folder.
@@ -21,7 +21,7 @@ def _bad_input(message: str) -> NoReturn:
     raise typer.Exit(code=ExitCode.BAD_INPUT) from None
 
 
-@targeted_run_options
+@phase_run_options
 def command(
     ctx: typer.Context,
     inventory: InventoryArg,

@@ -5,6 +5,7 @@ Nothing in this module imports ansible or ansible_runner at module level."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from gpubring.events import (
     Event,
     Notice,
 )
+from gpubring.run import shards
 from gpubring.run.accelerate import Accelerator, accelerator
 from gpubring.run.cancel import CancelFlag
 from gpubring.run.cancelwait import wait_after_cancel
@@ -45,26 +47,38 @@ def _options(settings: RunSettings, accel: Accelerator) -> dict[str, Any]:
 
 
 def _run_playbook(
-    settings: RunSettings, folder: Path, session: Session, playbook: Path, inventories: Sequence[Path]
+    settings: RunSettings,
+    folder: Path,
+    session: Session,
+    playbook: Path,
+    inventories: Sequence[Path],
+    *,
+    ident: str | None = None,
+    limit: str | None = None,
+    args: str | None = None,
 ) -> tuple[int | None, str]:
-    """ansible-runner's run of the playbook: ansible-playbook's exit status and ansible-runner's status."""
+    """ansible-runner's run of the playbook: ansible-playbook's exit status and ansible-runner's status.
+
+    A shard of a sharded run (gpubring.run.shards) gives its own ident, --limit and -e arguments;
+    ansible-runner then keeps every job's artifacts (the run folder is pruned as a whole)."""
     import ansible_runner
 
+    shard = ident is not None
     runner = ansible_runner.run(
         private_data_dir=str(folder),
-        ident=folder.name,
+        ident=ident or folder.name,
         playbook=str(playbook),
         inventory=[str(p) for p in inventories],
-        cmdline=cmdline(settings, folder),
+        cmdline=args if args is not None else cmdline(settings, folder),
         envvars=dict(session.envvars),
-        limit=settings.options.limit,
+        limit=limit if shard else settings.options.limit,
         tags=settings.options.tags,
         skip_tags=settings.options.skip_tags,
         forks=settings.options.forks,
         verbosity=settings.options.verbosity or None,
         quiet=True,
         suppress_env_files=True,
-        rotate_artifacts=settings.keep_runs,
+        rotate_artifacts=0 if shard else settings.keep_runs,
         # Not "jsonfile": ansible-runner would point the cache into this run's artifacts.
         fact_cache_type="memory",
         event_handler=session.event_handler,
@@ -72,6 +86,22 @@ def _run_playbook(
         cancel_callback=session.cancel_callback,
     )
     return (runner.rc if isinstance(runner.rc, int) else None), str(runner.status)
+
+
+def _shard_job(
+    settings: RunSettings,
+    folder: Path,
+    session: Session,
+    playbook: Path,
+    inventories: Sequence[Path],
+    *,
+    ident: str,
+    limit: str | None,
+    args: str,
+) -> tuple[int | None, str]:
+    return _run_playbook(
+        settings, folder, session, playbook, inventories, ident=ident, limit=limit, args=args
+    )
 
 
 def run(
@@ -99,6 +129,13 @@ def run(
     leftovers = clear_leftovers(inventory_root, exclude=folder)
     accel = accelerator(settings.options.accelerate)
     playbook, plays, inventories = prepare(settings, folder)
+    try:
+        sharding = shards.plan(settings)
+    except shards.ShardsError as exc:  # `gpubring check` refuses it first; never a traceback here
+        sharding = None
+        session_notice = f"{exc}: one process"
+    else:
+        session_notice = ""
     envvars = environment(settings, accel, folder)
     session = Session(settings, folder, plays, envvars, on_event=on_event, cancel=cancel)
     if leftovers:
@@ -106,6 +143,8 @@ def run(
         session.emit(Notice(f"removed {len(leftovers)} -e file(s) left by killed run(s): {runs}"))
     if accel.notice:
         session.emit(Notice(accel.notice))
+    if session_notice:
+        session.emit(Notice(session_notice))
     (folder / LOCAL_TEMP).mkdir(mode=0o700, exist_ok=True)
     ansible_rc: int | None = None
     runner_status = ""
@@ -114,7 +153,19 @@ def run(
         # second Ctrl-C stops that wait, and no Ctrl-C can interrupt the cleanup in between.
         with cancel.on_signals():
             try:
-                ansible_rc, runner_status = _run_playbook(settings, folder, session, playbook, inventories)
+                if sharding is None:
+                    ansible_rc, runner_status = _run_playbook(
+                        settings, folder, session, playbook, inventories
+                    )
+                else:
+                    ansible_rc, runner_status = shards.run(
+                        settings,
+                        folder,
+                        session,
+                        sharding,
+                        inventories=inventories,
+                        run_one=functools.partial(_shard_job, settings, folder),
+                    )
             finally:
                 session.finish(runner_status)
                 remove_run_files(folder)

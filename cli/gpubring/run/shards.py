@@ -1,0 +1,352 @@
+"""Sharded runs: the host phase as several ansible-playbook processes (ansible-runner jobs) over
+disjoint slices of the hosts, merged into the run's one state, view, summary and report.
+
+Which part is sharded, and why only that part:
+
+    preflight   one process: its collision check (roles/preflight/tasks/collisions.yml) compares each
+                host with every other host of the play (ansible_play_hosts_all); per shard it would
+                only see its own slice.
+    host        sharded: each shard runs the whole of host.yml (kernel and containerd, the GPU host
+                setup, the reboot play) on its slice. The reboot play cannot run apart from the roles
+                before it: they hand it gpubring_reboot_reasons (and what blocks a reboot) as plain
+                set_fact, which lives only inside one ansible-playbook process. Instead, the batches
+                are kept: each shard gets an integer gpubring_serial, and the shards' batch sizes add up
+                to at most the batch of one process (`shard_serials`), so never more nodes are drained or
+                rebooted at once than `gpubring_serial` allows. A serial that leaves fewer batch slots
+                than shards runs on fewer shards (gpubring_serial 1: one process, as today).
+    cluster, platform, verify
+                one process after the shards, in order: they coordinate hosts (control planes, the
+                cluster API), and verify's cluster smoke tests run once on the first host of its play.
+
+Each phase playbook already runs on its own (`--only`, `--from`): nothing a phase needs from an earlier
+one lives in a process (facts persist in the inventory's fact cache). As in one process, a host that
+failed or was unreachable is left out of what runs after (the next process is limited to the hosts
+still in the run), and the run stops where one process would have stopped: on a cancel, an ansible
+error, or a shard whose playbook ended before its last play (a whole batch failed).
+
+With one shard (gpubring_shards 1, `--shards 1`, one host, a run without the host phase, a --limit
+@file) nothing here runs: process.run runs one ansible-playbook as before.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpubring import runstore
+from gpubring.events import Cancelled, Event, HostCounts, Notice, PhasePlay, PlaybookStats, PlayStart
+from gpubring.run.folder import _write_yaml, cmdline, phase_playbooks, plays_of
+from gpubring.run.session import Session
+from gpubring.run.settings import RunSettings
+
+if TYPE_CHECKING:
+    from gpubring.model import Inventory
+
+SHARDED_PHASE = "host"
+GPU_GROUP = "gpu_nodes"
+SHARDS_SETTING = "gpubring_shards"
+# ansible-playbook's exit statuses that only say hosts failed or were unreachable (ansible-core's
+# TaskQueueManager: RUN_OK 0, RUN_FAILED_HOSTS 2, RUN_UNREACHABLE_HOSTS 4); anything else is an error.
+HOST_LEVEL_RC = frozenset({0, 2, 4})
+
+
+class ShardsError(ValueError):
+    """gpubring_shards or --shards holds what is no shard count."""
+
+
+def controller_cores() -> int:
+    """The CPUs this process may run on (os.sched_getaffinity), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def shard_count(value: Any, hosts: int, cores: int | None = None) -> int:
+    """The shards asked for ("auto": the controller's cores; an integer >= 1), at most one per host."""
+    if isinstance(value, str) and value.strip() == "auto":
+        wanted = cores if cores is not None else controller_cores()
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        wanted = value
+    elif isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        wanted = int(value)
+    else:
+        raise ShardsError(f"{SHARDS_SETTING}: expected 'auto' or an integer >= 1, got {value!r}")
+    return max(1, min(wanted, hosts))
+
+
+def slices(hosts: Sequence[str], gpu: Sequence[str], count: int) -> list[tuple[str, ...]]:
+    """`hosts` cut into `count` disjoint slices whose union is `hosts`: GPU nodes dealt round robin
+    first, then the other hosts, continuing from the emptiest slice; each slice in inventory order."""
+    count = max(1, min(count, len(hosts)))
+    order = {host: index for index, host in enumerate(hosts)}
+    gpu_set = set(gpu)
+    buckets: list[list[str]] = [[] for _ in range(count)]
+    dealt = [h for h in hosts if h in gpu_set] + [h for h in hosts if h not in gpu_set]
+    for host in dealt:
+        min(buckets, key=len).append(host)
+    return [tuple(sorted(bucket, key=order.__getitem__)) for bucket in buckets if bucket]
+
+
+def _batch(serial: str, items: int) -> int:
+    """The batch size ansible-core makes of one serial value over `items` hosts (its pct_to_int in
+    lib/ansible/utils/helpers.py: int(pct / 100 * items) or 1; a count as it is)."""
+    text = serial.strip()
+    if text.endswith("%"):
+        return int(int(text[:-1]) / 100.0 * items) or 1
+    return int(text)
+
+
+def shard_serials(serial: str | None, hosts: int, gpu: int, count: int) -> list[str] | None:
+    """One gpubring_serial per shard, whose batches together never hold more hosts than one
+    process's batch of the GPU host setup play (over `gpu` GPU nodes) or of the reboot play (over
+    `hosts` hosts). Fewer entries than `count` when the batch has fewer slots; None for a serial that
+    is a list (several batch sizes in turn: one process)."""
+    if serial is None:
+        return [str(hosts)] * count
+    text = str(serial).strip()
+    if text.startswith("[") or "," in text:
+        return None
+    try:
+        batches = [(_batch(text, hosts), hosts)] + ([(_batch(text, gpu), gpu)] if gpu else [])
+    except ValueError:
+        return None
+    if all(size >= items for size, items in batches):  # one batch each: every shard takes its whole slice
+        return [text] * count
+    total = max(1, min(size for size, _ in batches))
+    used = min(count, total)
+    return [str(total // used + (1 if index < total % used else 0)) for index in range(used)]
+
+
+def _effective_serial(settings: RunSettings) -> str | None:
+    """gpubring_serial as the plays get it: the operator's -e wins over the inventory's setting."""
+    serial = settings.serial
+    for source in settings.options.extra_vars:
+        if isinstance(source, Mapping) and "gpubring_serial" in source:
+            value = source["gpubring_serial"]
+            serial = json.dumps(value) if isinstance(value, list) else str(value)
+    return serial
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Phases that run in one step: one process, or one per slice when `sharded`."""
+
+    phases: tuple[str, ...]
+    sharded: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    shards: int
+    segments: tuple[Segment, ...]
+    hosts: tuple[str, ...]  # the run's hosts (inventory order, --limit applied)
+    gpu: tuple[str, ...]
+
+
+def _inventory(settings: RunSettings) -> Inventory | None:
+    from gpubring.inventory import InventoryError, load_inventory
+
+    try:
+        return load_inventory(settings.inventory_root, check_rules=False)
+    except (InventoryError, OSError):
+        return None
+
+
+def plan(settings: RunSettings, inv: Inventory | None = None, cores: int | None = None) -> Plan | None:
+    """The sharded plan of a run, or None when it runs as one process (module docstring)."""
+    requested = settings.options.shards
+    if SHARDED_PHASE not in settings.phases or settings.playbook is not None:
+        return None
+    if requested == 1:
+        return None
+    limit = settings.options.limit
+    if limit and limit.startswith("@"):
+        return None
+    inv = inv or _inventory(settings)
+    if inv is None:
+        return None
+    from gpubring.phases import resolve_pattern
+
+    order = list(inv.hosts)
+    hosts = resolve_pattern(limit, inv.groups, order) if limit else tuple(order)
+    value: Any = requested if requested is not None else inv.settings.get(SHARDS_SETTING, "auto")
+    count = shard_count(value, len(hosts), cores)
+    if count < 2:
+        return None
+    gpu = tuple(h for h in resolve_pattern(GPU_GROUP, inv.groups, order) if h in set(hosts))
+    index = settings.phases.index(SHARDED_PHASE)
+    before, after = settings.phases[:index], settings.phases[index + 1 :]
+    segments = [Segment(before)] if before else []
+    segments.append(Segment((SHARDED_PHASE,), sharded=True))
+    if after:
+        segments.append(Segment(after))
+    return Plan(shards=count, segments=tuple(segments), hosts=hosts, gpu=gpu)
+
+
+RunOne = Callable[..., tuple[int | None, str]]
+
+
+@dataclass
+class _Merge:
+    """Folds the shards' events into the run's one Session: each host's counts summed over every
+    process, each play announced once, the cancel said once (by the run's own Session.finish)."""
+
+    main: Session
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    counts: dict[str, HostCounts] = field(default_factory=dict)
+    started: set[tuple[int, str, str]] = field(default_factory=set)
+
+    def forwarder(self, segment: int, shard: Session) -> Callable[[Event], None]:
+        def forward(event: Event) -> None:
+            with self.lock:
+                if isinstance(event, Cancelled):
+                    return
+                if isinstance(event, PlayStart):
+                    key = (segment, event.phase, event.name)
+                    if key in self.started:
+                        return
+                    self.started.add(key)
+                elif isinstance(event, PlaybookStats):
+                    for host, row in event.hosts.items():
+                        old = self.counts.get(host, HostCounts()).as_dict()
+                        self.counts[host] = HostCounts(**{k: v + old[k] for k, v in row.as_dict().items()})
+                    event = PlaybookStats(hosts=dict(sorted(self.counts.items())))
+                else:
+                    # Events are folded under the phase and play of the shard that sent them.
+                    self.main.state.phase, self.main.state.play = shard.state.phase, shard.state.play
+                self.main.emit(event)
+
+        return forward
+
+    def dead(self) -> set[str]:
+        with self.lock:
+            return {host for host, row in self.counts.items() if row.failed or row.unreachable}
+
+
+@dataclass
+class _Job:
+    ident: str
+    limit: str | None
+    session: Session
+    extra: list[str]
+    last_play: str
+    rc: int | None = None
+    status: str = ""
+    error: BaseException | None = None
+
+
+def _segment_playbook(settings: RunSettings, folder: Path, number: int, phases: Sequence[str]) -> Path:
+    imports = [(p, path) for p, path in phase_playbooks(replace(settings, phases=tuple(phases)))]
+    return _write_yaml(
+        folder / "project" / f"run-{number}.yml",
+        f"# Generated by gpubring for this run: step {number} of a sharded run.\n",
+        [{"name": f"Phase {p}", "ansible.builtin.import_playbook": str(path)} for p, path in imports],
+    )
+
+
+def run(
+    settings: RunSettings,
+    folder: Path,
+    main: Session,
+    the_plan: Plan,
+    *,
+    inventories: Sequence[Path],
+    run_one: RunOne,
+) -> tuple[int | None, str]:
+    """Run the plan's segments in order (module docstring); the combined exit status of
+    ansible-playbook (the first that was not 0) and ansible-runner's status ("canceled" when cancelled)."""
+    merge = _Merge(main)
+    combined: int | None = 0
+    status = "successful"
+    serial = _effective_serial(settings)
+    for number, segment in enumerate(the_plan.segments, start=1):
+        dead = merge.dead()
+        alive = [h for h in the_plan.hosts if h not in dead]
+        if not alive or main.cancel.is_set():
+            break
+        playbook = _segment_playbook(settings, folder, number, segment.phases)
+        plays = [
+            PhasePlay(p, name)
+            for p, path in phase_playbooks(replace(settings, phases=segment.phases))
+            for name in plays_of(path)
+        ]
+        last_play = plays[-1].play if plays else ""
+        limit = ",".join(alive) if dead else settings.options.limit
+        groups: list[tuple[str | None, list[str]]] = [(limit, [])]
+        if segment.sharded:
+            gpu = [h for h in the_plan.gpu if h in set(alive)]
+            serials = shard_serials(serial, len(alive), len(gpu), the_plan.shards) or []
+            cut = slices(alive, gpu, len(serials))
+            if len(cut) > 1:
+                groups = []
+                (folder / "vars").mkdir(mode=0o700, exist_ok=True)
+                for index, (part, part_serial) in enumerate(zip(cut, serials, strict=True)):
+                    file = folder / "vars" / f"gpubring-shard-{number}-{index + 1}.json"
+                    runstore.write_private(file, json.dumps({"gpubring_serial": part_serial}))
+                    groups.append((",".join(part), ["-e", f"@{file}"]))
+                main.emit(
+                    Notice(
+                        f"host phase in {len(cut)} shards: "
+                        + "; ".join(
+                            f"{len(part)} host(s), serial {s}" for part, s in zip(cut, serials, strict=True)
+                        )
+                    )
+                )
+        jobs: list[_Job] = []
+        for index, (part_limit, extra) in enumerate(groups, start=1):
+            ident = f"{folder.name}-{number}" + (f"-{index}" if len(groups) > 1 else "")
+            shard = Session(
+                settings, folder, plays, main.envvars, on_event=None, cancel=main.cancel, ident=ident
+            )
+            shard.on_event = merge.forwarder(number, shard)
+            jobs.append(_Job(ident, part_limit, shard, extra, last_play))
+        args = cmdline(replace(settings, serial=None if len(groups) > 1 else settings.serial), folder)
+        threads = [
+            threading.Thread(target=_work, args=(job, run_one, playbook, inventories, args), daemon=True)
+            for job in jobs
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():  # the main thread stays free for the cancel signals
+                thread.join(0.2)
+        stop = False
+        for job in jobs:
+            if job.error is not None:
+                raise job.error
+            if job.status == "canceled":
+                status = "canceled"
+            if job.rc != 0 and combined == 0:
+                combined = job.rc
+            if job.rc not in HOST_LEVEL_RC:
+                stop = True
+            elif job.rc and job.session.state.play != job.last_play:
+                stop = True  # that shard's playbook ended early, as one process's would have
+        if stop or status == "canceled" or main.cancel.is_set():
+            if main.cancel.is_set():
+                status = "canceled"
+            break
+    return combined, status
+
+
+def _work(job: _Job, run_one: RunOne, playbook: Path, inventories: Sequence[Path], args: str) -> None:
+    try:
+        extra = " ".join(job.extra)
+        job.rc, job.status = run_one(
+            job.session,
+            playbook,
+            inventories,
+            ident=job.ident,
+            limit=job.limit,
+            args=f"{extra} {args}".strip(),
+        )
+    except BaseException as exc:  # re-raised in the main thread
+        job.error = exc
+    finally:
+        job.session.finish(job.status)

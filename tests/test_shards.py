@@ -1,0 +1,231 @@
+"""Sharded runs (issue 26 item 2): the host phase as several ansible-playbook processes over disjoint
+slices of the hosts, merged into one run (gpubring.run.shards).
+
+The real runs are real ansible-playbook runs (ansible-runner, as `gpubring up` starts them) of tiny
+phase playbooks (tests/data/shards/phases: the host phase's three plays, serial batches included) on
+five inventory names of this machine over the local connection. The same run with one shard (today's
+one process) and with two must give the same per-host stats, failures and exit code; a SIGTERM to a
+sharded `gpubring up` stops every shard (exit 3) and leaves no process of the run behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpubring import formats
+from gpubring.exitcodes import ExitCode
+from gpubring.inventory import load_inventory
+from gpubring.run import process, shards
+from gpubring.run.settings import RunResult, RunSettings
+from gpubring.runopts import RunOptions, parse_extra_vars
+from helpers import DATA
+
+SHARDS = DATA / "shards"
+PHASES = SHARDS / "phases"
+HOSTS = ("n1", "n2", "n3", "n4", "n5")
+GPU = ("n2", "n3", "n4")
+
+
+@pytest.fixture
+def inventory(tmp_path: Path) -> Path:
+    root = tmp_path / "inventory"
+    (root / "group_vars").mkdir(parents=True)
+    shutil.copy(SHARDS / "hosts.yml", root / "hosts.yml")
+    # A cancel does not wait for package work here (this machine's own dpkg is never looked at).
+    # gpubring_serial 100%: one batch per play, so every shard may take its whole slice at once.
+    (root / "group_vars" / "all.yml").write_text(
+        "---\ngpubring_cancel_wait_timeout: 0\ngpubring_serial: 100%\n"
+    )
+    return root
+
+
+# --- the plan: slices, serials, counts (no ansible) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 8])
+def test_slices_are_disjoint_complete_balanced_and_spread_the_gpu_nodes(count: int) -> None:
+    hosts = [f"h{i:02d}" for i in range(23)]
+    gpu = hosts[3:19]
+    cut = shards.slices(hosts, gpu, count)
+    flat = [h for part in cut for h in part]
+    assert sorted(flat) == sorted(hosts) and len(flat) == len(set(flat))
+    assert len(cut) == min(count, len(hosts))
+    assert max(map(len, cut)) - min(map(len, cut)) <= 1
+    per_shard_gpu = [sum(h in gpu for h in part) for part in cut]
+    assert max(per_shard_gpu) - min(per_shard_gpu) <= 1
+    assert all(list(part) == sorted(part, key=hosts.index) for part in cut)  # inventory order
+
+
+def test_shard_serials_never_batch_more_hosts_than_one_process() -> None:
+    # 25% of 8 hosts is 2 for the reboot play, of 4 GPU nodes 1 for the GPU play: one slot, one shard.
+    assert shards.shard_serials("25%", 8, 4, 2) == ["1"]
+    assert shards.shard_serials("50%", 20, 10, 2) == ["3", "2"]
+    assert shards.shard_serials("1", 20, 10, 4) == ["1"]
+    assert shards.shard_serials("100%", 20, 10, 3) == ["100%"] * 3
+    assert shards.shard_serials("30", 20, 10, 2) == ["30", "30"]
+    assert shards.shard_serials("[1, '50%']", 20, 10, 2) is None
+    for serial in ("10%", "25%", "40%", "3", "7"):
+        for count in (2, 3, 5):
+            parts = shards.shard_serials(serial, 40, 24, count)
+            assert parts is not None
+            total = sum(int(p) for p in parts if not p.endswith("%"))
+            assert total <= min(shards._batch(serial, 40), shards._batch(serial, 24))
+
+
+def test_shard_count_auto_is_the_cores_and_never_more_than_the_hosts() -> None:
+    assert shards.shard_count("auto", 10, cores=2) == 2
+    assert shards.shard_count("auto", 1, cores=16) == 1
+    assert shards.shard_count(8, 3) == 3
+    assert shards.shard_count("auto", 50) == min(50, len(os.sched_getaffinity(0)))
+    with pytest.raises(shards.ShardsError, match="gpubring_shards: expected 'auto' or an integer >= 1"):
+        shards.shard_count("many", 3)
+    assert formats.check("shards", "auto") is None and formats.check("shards", 4) is None
+    assert formats.check("shards", 0) and formats.check("shards", "2")
+
+
+def test_the_plan_shards_only_the_host_phase(inventory: Path) -> None:
+    inv = load_inventory(inventory, check_rules=False)
+    base = RunSettings(
+        inventory_root=inventory,
+        hosts_file=inventory / "hosts.yml",
+        phases=("preflight", "host", "cluster", "verify"),
+        options=RunOptions(shards=2),
+    )
+    plan = shards.plan(base, inv)
+    assert plan is not None and plan.shards == 2
+    assert [(s.phases, s.sharded) for s in plan.segments] == [
+        (("preflight",), False),
+        (("host",), True),
+        (("cluster", "verify"), False),
+    ]
+    assert plan.gpu == GPU
+    one = RunSettings(inventory_root=inventory, hosts_file=inventory / "hosts.yml", phases=("host",))
+    assert shards.plan(one, inv, cores=1) is None  # auto on one core: one process
+    assert shards.plan(base.__class__(**{**base.__dict__, "options": RunOptions(shards=1)}), inv) is None
+    assert shards.plan(base.__class__(**{**base.__dict__, "phases": ("verify",)}), inv) is None
+    limited = base.__class__(**{**base.__dict__, "options": RunOptions(shards=4, limit="n1")})
+    assert shards.plan(limited, inv) is None  # one host
+
+
+# --- real runs ------------------------------------------------------------------------------------------
+
+
+def _run(inventory: Path, count: int, **extra: str) -> RunResult:
+    settings = RunSettings(
+        inventory_root=inventory,
+        hosts_file=inventory / "hosts.yml",
+        command="test",
+        phases=("preflight", "host", "verify"),
+        playbooks_dir=PHASES,
+        serial="100%",
+        options=RunOptions(
+            accelerate=False,
+            shards=count,
+            extra_vars=parse_extra_vars([f"{k}={v}" for k, v in extra.items()]),
+        ),
+    )
+    return process.run(settings)
+
+
+def _limits(result: RunResult) -> dict[str, str | None]:
+    """Each ansible-runner job of the run and the --limit its ansible-playbook got."""
+    found: dict[str, str | None] = {}
+    for command in sorted(result.run_folder.glob("artifacts/*/command")):
+        argv = json.loads(command.read_text())["command"]
+        found[command.parent.name] = argv[argv.index("--limit") + 1] if "--limit" in argv else None
+    return found
+
+
+def test_a_sharded_run_with_a_failing_host_reports_what_one_process_reports(inventory: Path) -> None:
+    one = _run(inventory, 1, fail_host="n3")
+    two = _run(inventory, 2, fail_host="n3")
+    assert one.exit_code == two.exit_code == ExitCode.TASK_FAILED
+    assert two.state.host_counts() == one.state.host_counts()
+    assert set(two.state.host_counts()) == set(HOSTS)
+    assert [f.as_dict() for f in two.state.final_failures()] == [
+        f.as_dict() for f in one.state.final_failures()
+    ]
+    assert two.report.to_json()["stats"] == one.report.to_json()["stats"]
+    assert two.report.status == one.report.status == "failed"
+    # One process today; with two shards: preflight, the host phase in two slices, then verify on
+    # the hosts still in the run (n3 failed).
+    assert list(_limits(one).values()) == [None]
+    jobs = _limits(two)
+    name = two.run_folder.name
+    assert list(jobs) == [f"{name}-1", f"{name}-2-1", f"{name}-2-2", f"{name}-3"]
+    assert jobs[f"{name}-1"] is None
+    parts = [set(str(jobs[f"{name}-2-{i}"]).split(",")) for i in (1, 2)]
+    assert not parts[0] & parts[1] and parts[0] | parts[1] == set(HOSTS)
+    assert all(part & set(GPU) for part in parts)
+    assert jobs[f"{name}-3"] == "n1,n2,n4,n5"
+    assert any("host phase in 2 shards" in note for note in two.state.notices)
+    # The GPU play's batches: each shard took its whole slice at once (serial 100%), as one process did.
+    assert two.state.phases_started == one.state.phases_started == ["preflight", "host", "verify"]
+
+
+def _waiting(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if marker.encode() in argv and b"-c" in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def _left_running(*markers: str) -> list[str]:
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if any(m.encode() in line for m in markers):
+                left.append(f"{entry.name}: {line[:200]!r}")
+    return left
+
+
+def test_sigterm_stops_every_shard(inventory: Path, tmp_path: Path) -> None:
+    marker = f"gpubring-shards-test-{os.getpid()}-{tmp_path.name}"
+    args = ["up", str(inventory), "--playbooks-dir", str(PHASES), "--only", "host", "--shards", "2"]
+    args += ["--no-accelerate", "-e", f"wait_marker={marker}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpubring", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        deadline = time.monotonic() + 180  # a safety net for a broken run, not a timing assertion
+        while len(_waiting(marker)) < len(HOSTS) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_waiting(marker)) == len(HOSTS), proc.communicate(timeout=60)[0] if proc.poll() else ""
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == ExitCode.CANCELLED, output
+    assert output.count("cancelling (SIGTERM received)") == 1, output
+    assert "cancelled (exit 3)" in output
+    [folder] = (inventory / ".gpubring" / "runs").iterdir()
+    data = json.loads((folder / "report.json").read_text())
+    assert (data["status"], data["exit_code"]) == ("cancelled", 3)
+    assert sorted(data["stopped_at"]["hosts"]) == list(HOSTS)
+    assert all(h["task"] == "Wait for the signal" for h in data["stopped_at"]["hosts"].values())
+    assert len(list(folder.glob("artifacts/*-1-*"))) == 2  # two shards ran
+    assert _left_running(marker, str(folder)) == []
