@@ -7,11 +7,14 @@
    containers, one control plane, --cpu-nodes CPU-only workers, the rest GPU nodes; then one `gpubring
    up` on the lab's own inventory converges them (the first converge of a GPU node builds the NVIDIA
    driver with DKMS, minutes on 2 cores: hence few GPU nodes and CPU nodes beside them).
-2. A fleet inventory derived from the lab's (fleet_inventory): every container under --aliases names
-   (`<node>-a00`, `<node>-a01`, ...) in the node's groups, with the node's ansible_host and port, so
-   nodes x aliases inventory hosts. Each alias has its own SSH ControlPath (ansible_control_path), so
-   every name opens its own SSH connection as a real host would; and preflight_check_collisions is
-   off, because the aliases of one container share its host name and address on purpose.
+2. A fleet inventory derived from the lab's (write_fleet_inventory): every GPU and CPU node under
+   --aliases names (`<node>-a00`, `<node>-a01`, ...), the control plane under 3 (a cluster has 1 or
+   an odd number of them), each name in its node's groups. gpubring refuses two hosts on one address
+   and port, so each name gets its own 127.0.0.1 port, relayed to its container's sshd by a small
+   forwarder process of this script (Forwarder): each name is its own TCP endpoint and its own SSH
+   connection, as separate machines would be; the fleet's known_hosts lists each container's keys
+   under its names' ports (host key checking stays on). preflight_check_collisions is off: the
+   names of one container share its host name and address on purpose.
 3. One untimed `gpubring up` of the fleet (it must change nothing: a changed task there is a role
    that templates from inventory_hostname and the script stops), then per --shards value a timed
    no-op `gpubring up` of the fleet: wall time, changed tasks (must be 0), controller CPU seconds per
@@ -29,6 +32,7 @@ What the aliases share, and what this does not measure:
   and is what this measures; the nodes' CPU is reported, not projected (real nodes have their own).
 - The containers share this machine's cores with the controller, so wall time here is bounded by
   controller + nodes' CPU / cores; the projection (docs/fleet.md) uses the controller's CPU only.
+  The forwarder's CPU is counted apart (a real fleet has none) and printed in the JSON rows.
 - Reboots, DKMS builds and the cluster and platform phases are not in a no-op of the lab.
 
 Controller CPU: the gpubring process and all its descendants. getrusage(RUSAGE_CHILDREN) counts each
@@ -43,8 +47,10 @@ it, else `-e gpubring_shards=N` when settings.yml declares gpubring_shards, else
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -78,18 +84,60 @@ def alias_names(node: str, aliases: int) -> list[str]:
     return [f"{node}-a{i:0{width}d}" for i in range(aliases)]
 
 
-def fleet_hosts(lab_hosts: Mapping[str, Any], aliases: int, control_dir: str) -> dict[str, Any]:
-    """hosts.yml of the fleet from the lab's: each host of each group under `aliases` names, same vars,
-    plus its own ansible_control_path (one SSH master per name, as separate machines would have)."""
+def aliases_of(group: str, aliases: int) -> int:
+    """How many names a container of this group gets: control planes 3 (1 below 3 aliases), since a
+    cluster has 1 or an odd number of them (etcd's majority, checked by gpubring's validation); the
+    GPU and CPU nodes `aliases`."""
+    if group == "control_plane":
+        return 3 if aliases >= 3 else 1
+    return aliases
+
+
+def alias_plan(lab_hosts: Mapping[str, Any], aliases: int) -> dict[str, list[str]]:
+    """The alias names of each lab host ({lab host: [alias, ...]}), by the first group listing it."""
+    plan: dict[str, list[str]] = {}
+    for group, body in (lab_hosts["all"].get("children") or {}).items():
+        for host in (body or {}).get("hosts") or {}:
+            plan.setdefault(host, alias_names(host, aliases_of(group, aliases)))
+    return plan
+
+
+def fleet_hosts(
+    lab_hosts: Mapping[str, Any],
+    plan: Mapping[str, Sequence[str]],
+    ports: Mapping[str, int],
+    known_hosts: str,
+) -> dict[str, Any]:
+    """hosts.yml of the fleet from the lab's: each lab host under its alias names (plan), in its groups,
+    with its vars but its own port (`ports`: alias -> a forwarder port to the lab host's sshd), and
+    the fleet's known_hosts file in place of the lab's (the keys, listed under the aliases' ports)."""
     root = lab_hosts["all"]
     children: dict[str, Any] = {}
     for group, body in (root.get("children") or {}).items():
         members: dict[str, Any] = {}
         for host, hostvars in ((body or {}).get("hosts") or {}).items():
-            for name in alias_names(host, aliases):
-                members[name] = {**(hostvars or {}), "ansible_control_path": f"{control_dir}/{name}"}
+            for name in plan[host]:
+                members[name] = {**(hostvars or {}), "ansible_port": ports[name]}
         children[group] = {"hosts": members}
-    return {"all": {"vars": dict(root.get("vars") or {}), "children": children}}
+    top = dict(root.get("vars") or {})
+    if "ansible_ssh_common_args" in top:
+        top["ansible_ssh_common_args"] = re.sub(
+            r"UserKnownHostsFile=\S+", f"UserKnownHostsFile={known_hosts}", top["ansible_ssh_common_args"]
+        )
+    return {"all": {"vars": top, "children": children}}
+
+
+def fleet_known_hosts(
+    lab_lines: Sequence[str], lab_ports: Mapping[str, int], ports: Mapping[str, int]
+) -> list[str]:
+    """known_hosts lines of the fleet: each alias's port gets its lab host's keys
+    (`lab_ports`: alias -> the lab host's port, `ports`: alias -> the alias's own port)."""
+    by_port: dict[int, list[str]] = {}
+    for line in lab_lines:
+        match = re.match(r"^\[127\.0\.0\.1\]:(\d+) (.+)$", line.strip())
+        if match:
+            by_port.setdefault(int(match[1]), []).append(match[2])
+    return [f"[127.0.0.1]:{ports[a]} {key}" for a in sorted(ports) for key in by_port.get(lab_ports[a], [])]
 
 
 FLEET_VARS = {
@@ -98,14 +146,25 @@ FLEET_VARS = {
 }
 
 
-def write_fleet_inventory(lab_dir: Path, fleet_dir: Path, aliases: int, control_dir: Path) -> list[str]:
-    """The fleet's inventory folder from the lab's: hosts.yml, group_vars (copied, plus fleet.yml),
-    host_vars per alias; returns the fleet's host names."""
+def write_fleet_inventory(
+    lab_dir: Path, fleet_dir: Path, plan: Mapping[str, Sequence[str]], ports: Mapping[str, int]
+) -> list[str]:
+    """The fleet's inventory folder from the lab's: hosts.yml, known_hosts, group_vars (copied, plus
+    fleet.yml), host_vars per alias; returns the fleet's host names."""
     lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
-    hosts = fleet_hosts(lab_hosts, aliases, str(control_dir))
     if fleet_dir.exists():
         shutil.rmtree(fleet_dir)
     fleet_dir.mkdir(parents=True)
+    known = fleet_dir / "known_hosts"
+    hosts = fleet_hosts(lab_hosts, plan, ports, str(known))
+    lab_ports = {
+        alias: int(hostvars["ansible_port"])
+        for body in lab_hosts["all"]["children"].values()
+        for host, hostvars in ((body or {}).get("hosts") or {}).items()
+        for alias in plan[host]
+    }
+    lab_known = (lab_dir / ".ssh" / "known_hosts").read_text(encoding="utf-8").splitlines()
+    known.write_text("\n".join(fleet_known_hosts(lab_known, lab_ports, ports)) + "\n", encoding="utf-8")
     (fleet_dir / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False), encoding="utf-8")
     if (lab_dir / "group_vars").is_dir():
         shutil.copytree(lab_dir / "group_vars", fleet_dir / "group_vars")
@@ -117,10 +176,81 @@ def write_fleet_inventory(lab_dir: Path, fleet_dir: Path, aliases: int, control_
         encoding="utf-8",
     )
     for folder in sorted((lab_dir / "host_vars").glob("*")) if (lab_dir / "host_vars").is_dir() else []:
-        for name in alias_names(folder.name, aliases):
+        for name in plan.get(folder.name, []):
             shutil.copytree(folder, fleet_dir / "host_vars" / name)
-    control_dir.mkdir(parents=True, exist_ok=True)
     return sorted({n for g in hosts["all"]["children"].values() for n in g["hosts"]})
+
+
+# ---------------------------------------------------------------------------------------------------
+# The forwarder: one 127.0.0.1 port per alias to its lab host's sshd
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy one direction; at its end pass the half-close on (the other direction may go on)."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (ConnectionError, OSError):
+        writer.close()
+
+
+async def _serve(targets: Sequence[int]) -> None:
+    """Listen on one free 127.0.0.1 port per target and relay each connection to 127.0.0.1:target;
+    print {listen port: target port} as one JSON line once listening."""
+    servers = []
+    mapping: dict[int, int] = {}
+    for target in targets:
+
+        async def relay(r: asyncio.StreamReader, w: asyncio.StreamWriter, target: int = target) -> None:
+            try:
+                tr, tw = await asyncio.open_connection("127.0.0.1", target)
+            except OSError:
+                w.close()
+                return
+            await asyncio.gather(_pipe(r, tw), _pipe(tr, w))
+            tw.close()
+            w.close()
+
+        server = await asyncio.start_server(relay, "127.0.0.1", 0)
+        mapping[server.sockets[0].getsockname()[1]] = target
+        servers.append(server)
+    print(json.dumps(mapping), flush=True)
+    await asyncio.gather(*(srv.serve_forever() for srv in servers))
+
+
+class Forwarder:
+    """A child process relaying one new port per alias to its lab host's sshd: each alias is its own
+    TCP endpoint (gpubring refuses two hosts on one address and port) and its own SSH connection. Its
+    CPU is this benchmark's, not the controller's (read from /proc, printed apart)."""
+
+    def __init__(self, plan: Mapping[str, Sequence[str]], lab_ports: Mapping[str, int]) -> None:
+        wanted = [lab_ports[host] for host, names in plan.items() for _ in names]
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--forward", ",".join(map(str, wanted))],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise SystemExit("the forwarder did not start")
+        by_target: dict[int, list[int]] = {}
+        for port, target in json.loads(line).items():
+            by_target.setdefault(int(target), []).append(int(port))
+        self.ports = {
+            name: by_target[lab_ports[host]].pop() for host, names in plan.items() for name in names
+        }
+
+    def cpu_seconds(self) -> float:
+        try:
+            return parse_stat(Path(f"/proc/{self.proc.pid}/stat").read_text()).cpu_ticks / CLK_TCK
+        except (OSError, ValueError):
+            return 0.0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -366,11 +496,12 @@ def report_stats(path: Path) -> dict[str, dict[str, int]]:
 
 
 def timed_run(
-    inventory: Path, extra: Sequence[str], report: Path, prefix: str, interval: float
+    inventory: Path, extra: Sequence[str], report: Path, forwarder: Forwarder, interval: float
 ) -> dict[str, Any]:
     """One `gpubring up` with the controller's process tree sampled; its figures."""
     env = {**os.environ, "NO_COLOR": "1"}
-    nodes0 = lab_cpu(prefix)
+    nodes0 = lab_cpu(PREFIX)
+    relay0 = forwarder.cpu_seconds()
     cpu0 = cpu_times()
     rusage0 = children_cpu()
     start = time.monotonic()
@@ -391,7 +522,8 @@ def timed_run(
     rusage1 = children_cpu()
     cpu1 = cpu_times()
     sampler.sample(time.monotonic())  # the re-parented ones (SSH masters) still alive: their CPU so far
-    nodes1 = lab_cpu(prefix)
+    relay1 = forwarder.cpu_seconds()
+    nodes1 = lab_cpu(PREFIX)
     if proc.returncode != 0:
         tail = "\n".join("".join(out_chunks).strip().splitlines()[-40:])
         raise SystemExit(f"gpubring up {' '.join(extra)} failed (exit {proc.returncode}):\n{tail}")
@@ -415,11 +547,12 @@ def timed_run(
         "startup_s": None if first is None else first - start,
         "by_command": sampler.by_command(),
         "cpu_busy": busy_share(cpu0, cpu1),
+        "forwarder_cpu_s": relay1 - relay0,  # the benchmark's relay, in neither figure
         "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
     }  # fmt: skip
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=3, help="lab containers (default 3)")
     parser.add_argument("--cpu-nodes", type=int, default=1, help="of them CPU-only workers (default 1)")
@@ -432,28 +565,44 @@ def main() -> None:
     parser.add_argument("--lab-dir", type=Path, default=None, help="the lab's inventory folder (kept)")
     parser.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
-    args = parser.parse_args()
+    parser.add_argument("--forward", default=None, help=argparse.SUPPRESS)  # the Forwarder's own process
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
+    if args.forward is not None:
+        asyncio.run(_serve([int(p) for p in args.forward.split(",") if p]))
+        return
     shard_counts = [int(s) for s in args.shards.split(",") if s.strip()]
     forks = ["--forks", str(args.forks)] if args.forks else []
     work = Path(tempfile.mkdtemp(prefix="gpubring-fleet-"))
     lab_dir = args.lab_dir or work / "lab"
     lab = ("--prefix", PREFIX, "--inventory-dir", lab_dir)
     rows: list[dict[str, Any]] = []
+    forwarder: Forwarder | None = None
     try:
         shape = ("--nodes", str(args.nodes), "--cpu-nodes", str(args.cpu_nodes), "--distro", args.distro)
         must(gpubring("lab", "up", *shape, *lab), "lab up")
         start = time.monotonic()
         must(gpubring("up", lab_dir, *forks, "--json", work / "converge.json"), "converging run")
         print(f"lab of {args.nodes} node(s) converged in {time.monotonic() - start:.0f} s", flush=True)
-        control = Path(tempfile.mkdtemp(prefix="gpubfleet-cp-", dir="/tmp"))
+        lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
+        lab_ports = {
+            host: int(hostvars["ansible_port"])
+            for body in lab_hosts["all"]["children"].values()
+            for host, hostvars in ((body or {}).get("hosts") or {}).items()
+        }
+        forwarder = Forwarder(alias_plan(lab_hosts, args.aliases), lab_ports)
         # The full fleet first: its untimed run proves every alias a no-op; the small fleet's names
-        # are a subset of it, timed once for the fixed cost of a run.
+        # are a subset of it, timed once for the start-up and the time per task round.
         sizes = [args.aliases, *([args.small] if 0 < args.small < args.aliases else [])]
         for aliases in sizes:
             fleet = work / f"fleet{aliases}"
-            names = write_fleet_inventory(lab_dir, fleet, aliases, control)
+            plan = alias_plan(lab_hosts, aliases)
+            names = write_fleet_inventory(lab_dir, fleet, plan, forwarder.ports)
             if aliases == args.aliases:
-                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", PREFIX, args.interval)
+                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", forwarder, args.interval)
                 print(
                     f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
                     f"{warm['changed']} changed",
@@ -466,7 +615,7 @@ def main() -> None:
                 if shards > 1 and not extra:
                     print(f"{shards} shards: skipped, {label}", flush=True)
                     continue
-                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json", PREFIX,
+                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json", forwarder,
                                 args.interval)  # fmt: skip
                 row.update(aliases=aliases, shards=shards, shard_label=label)
                 rows.append(row)
@@ -474,6 +623,8 @@ def main() -> None:
                 if row["changed"]:
                     raise SystemExit(f"the no-op changed {row['changed']} task(s)")
     finally:
+        if forwarder is not None:
+            forwarder.stop()
         if not args.keep_lab:
             gpubring("lab", "down", *lab, timeout=600)
     summarise(rows, args.aliases, args.forks or DEFAULT_FORKS, args.json)
