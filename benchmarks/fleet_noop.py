@@ -1,7 +1,7 @@
 """A no-op `gpubring up` over a fleet of inventory hosts: the lab's containers, each under several names.
 
     .venv/bin/python benchmarks/fleet_noop.py [--nodes 3] [--cpu-nodes 1] [--aliases 10] [--shards 1,2]
-        [--distro debian12] [--forks N] [--keep-lab] [--json out.json]
+        [--distro debian12] [--forks N] [--lab-dir DIR] [--keep-lab | --converge-only] [--json out.json]
 
 1. `gpubring lab up` (prefix gpubfleet, a temporary inventory folder unless --lab-dir names one): --nodes
    containers, one control plane, --cpu-nodes CPU-only workers, the rest GPU nodes; then one `gpubring
@@ -10,11 +10,12 @@
 2. A fleet inventory derived from the lab's (write_fleet_inventory): every GPU and CPU node under
    --aliases names (`<node>-a00`, `<node>-a01`, ...), the control plane under 3 (a cluster has 1 or
    an odd number of them), each name in its node's groups. gpubring refuses two hosts on one address
-   and port, so each name gets its own 127.0.0.1 port, relayed to its container's sshd by a small
-   forwarder process of this script (Forwarder): each name is its own TCP endpoint and its own SSH
-   connection, as separate machines would be; the fleet's known_hosts lists each container's keys
-   under its names' ports (host key checking stays on). preflight_check_collisions is off: the
-   names of one container share its host name and address on purpose.
+   and port, so no name has an ansible_host: the fleet's ssh_config (`-F`, as benchmarks/check_scale.py
+   does) maps each name to its container's address. Each name is its own SSH host and connection
+   (Ansible's ControlPath hashes the name), as separate machines would be, and OpenSSH checks the key
+   of the address and port, so the lab's known_hosts serves them all (host key checking stays on).
+   preflight_check_collisions is off: the names of one container share its host name and address on
+   purpose.
 3. One untimed `gpubring up` of the fleet (it must change nothing: a changed task there is a role
    that templates from inventory_hostname and the script stops), then per --shards value a timed
    no-op `gpubring up` of the fleet: wall time, changed tasks (must be 0), controller CPU seconds per
@@ -32,7 +33,6 @@ What the aliases share, and what this does not measure:
   and is what this measures; the nodes' CPU is reported, not projected (real nodes have their own).
 - The containers share this machine's cores with the controller, so wall time here is bounded by
   controller + nodes' CPU / cores; the projection (docs/fleet.md) uses the controller's CPU only.
-  The forwarder's CPU is counted apart (a real fleet has none) and printed in the JSON rows.
 - Reboots, DKMS builds and the cluster and platform phases are not in a no-op of the lab.
 
 Controller CPU: the gpubring process and all its descendants. getrusage(RUSAGE_CHILDREN) counts each
@@ -47,11 +47,10 @@ it, else `-e gpubring_shards=N` when settings.yml declares gpubring_shards, else
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import re
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -103,41 +102,38 @@ def alias_plan(lab_hosts: Mapping[str, Any], aliases: int) -> dict[str, list[str
 
 
 def fleet_hosts(
-    lab_hosts: Mapping[str, Any],
-    plan: Mapping[str, Sequence[str]],
-    ports: Mapping[str, int],
-    known_hosts: str,
+    lab_hosts: Mapping[str, Any], plan: Mapping[str, Sequence[str]], ssh_config: str
 ) -> dict[str, Any]:
     """hosts.yml of the fleet from the lab's: each lab host under its alias names (plan), in its groups,
-    with its vars but its own port (`ports`: alias -> a forwarder port to the lab host's sshd), and
-    the fleet's known_hosts file in place of the lab's (the keys, listed under the aliases' ports)."""
+    with its vars but no ansible_host: each name is its own SSH host name, which the fleet's ssh_config
+    (`-F`, put before the lab's own SSH options) maps to the container's address."""
     root = lab_hosts["all"]
     children: dict[str, Any] = {}
     for group, body in (root.get("children") or {}).items():
         members: dict[str, Any] = {}
         for host, hostvars in ((body or {}).get("hosts") or {}).items():
+            own = {k: v for k, v in (hostvars or {}).items() if k != "ansible_host"}
             for name in plan[host]:
-                members[name] = {**(hostvars or {}), "ansible_port": ports[name]}
+                members[name] = dict(own)
         children[group] = {"hosts": members}
     top = dict(root.get("vars") or {})
-    if "ansible_ssh_common_args" in top:
-        top["ansible_ssh_common_args"] = re.sub(
-            r"UserKnownHostsFile=\S+", f"UserKnownHostsFile={known_hosts}", top["ansible_ssh_common_args"]
-        )
+    top["ansible_ssh_common_args"] = f"-F {ssh_config} {top.get('ansible_ssh_common_args', '')}".strip()
     return {"all": {"vars": top, "children": children}}
 
 
-def fleet_known_hosts(
-    lab_lines: Sequence[str], lab_ports: Mapping[str, int], ports: Mapping[str, int]
-) -> list[str]:
-    """known_hosts lines of the fleet: each alias's port gets its lab host's keys
-    (`lab_ports`: alias -> the lab host's port, `ports`: alias -> the alias's own port)."""
-    by_port: dict[int, list[str]] = {}
-    for line in lab_lines:
-        match = re.match(r"^\[127\.0\.0\.1\]:(\d+) (.+)$", line.strip())
-        if match:
-            by_port.setdefault(int(match[1]), []).append(match[2])
-    return [f"[127.0.0.1]:{ports[a]} {key}" for a in sorted(ports) for key in by_port.get(lab_ports[a], [])]
+def ssh_config_lines(lab_hosts: Mapping[str, Any], plan: Mapping[str, Sequence[str]]) -> list[str]:
+    """The fleet's ssh_config: `Host <alias>` / `HostName <its container's address>` per alias. OpenSSH
+    then checks the host key of HostName and port, so the lab's known_hosts serves every alias."""
+    address: dict[str, str] = {}
+    for body in (lab_hosts["all"].get("children") or {}).values():
+        for host, hostvars in ((body or {}).get("hosts") or {}).items():
+            address.setdefault(host, str((hostvars or {}).get("ansible_host", host)))
+    return [
+        line
+        for host, names in plan.items()
+        for n in names
+        for line in (f"Host {n}", f"  HostName {address[host]}")
+    ]
 
 
 FLEET_VARS = {
@@ -146,25 +142,16 @@ FLEET_VARS = {
 }
 
 
-def write_fleet_inventory(
-    lab_dir: Path, fleet_dir: Path, plan: Mapping[str, Sequence[str]], ports: Mapping[str, int]
-) -> list[str]:
-    """The fleet's inventory folder from the lab's: hosts.yml, known_hosts, group_vars (copied, plus
+def write_fleet_inventory(lab_dir: Path, fleet_dir: Path, plan: Mapping[str, Sequence[str]]) -> list[str]:
+    """The fleet's inventory folder from the lab's: hosts.yml, ssh_config, group_vars (copied, plus
     fleet.yml), host_vars per alias; returns the fleet's host names."""
     lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
     if fleet_dir.exists():
         shutil.rmtree(fleet_dir)
     fleet_dir.mkdir(parents=True)
-    known = fleet_dir / "known_hosts"
-    hosts = fleet_hosts(lab_hosts, plan, ports, str(known))
-    lab_ports = {
-        alias: int(hostvars["ansible_port"])
-        for body in lab_hosts["all"]["children"].values()
-        for host, hostvars in ((body or {}).get("hosts") or {}).items()
-        for alias in plan[host]
-    }
-    lab_known = (lab_dir / ".ssh" / "known_hosts").read_text(encoding="utf-8").splitlines()
-    known.write_text("\n".join(fleet_known_hosts(lab_known, lab_ports, ports)) + "\n", encoding="utf-8")
+    config = fleet_dir / "ssh_config"
+    config.write_text("\n".join(ssh_config_lines(lab_hosts, plan)) + "\n", encoding="utf-8")
+    hosts = fleet_hosts(lab_hosts, plan, shlex.quote(str(config.resolve())))
     (fleet_dir / "hosts.yml").write_text(yaml.safe_dump(hosts, sort_keys=False), encoding="utf-8")
     if (lab_dir / "group_vars").is_dir():
         shutil.copytree(lab_dir / "group_vars", fleet_dir / "group_vars")
@@ -179,78 +166,6 @@ def write_fleet_inventory(
         for name in plan.get(folder.name, []):
             shutil.copytree(folder, fleet_dir / "host_vars" / name)
     return sorted({n for g in hosts["all"]["children"].values() for n in g["hosts"]})
-
-
-# ---------------------------------------------------------------------------------------------------
-# The forwarder: one 127.0.0.1 port per alias to its lab host's sshd
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy one direction; at its end pass the half-close on (the other direction may go on)."""
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
-
-
-async def _serve(targets: Sequence[int]) -> None:
-    """Listen on one free 127.0.0.1 port per target and relay each connection to 127.0.0.1:target;
-    print {listen port: target port} as one JSON line once listening."""
-    servers = []
-    mapping: dict[int, int] = {}
-    for target in targets:
-
-        async def relay(r: asyncio.StreamReader, w: asyncio.StreamWriter, target: int = target) -> None:
-            try:
-                tr, tw = await asyncio.open_connection("127.0.0.1", target)
-            except OSError:
-                w.close()
-                return
-            await asyncio.gather(_pipe(r, tw), _pipe(tr, w))
-            tw.close()
-            w.close()
-
-        server = await asyncio.start_server(relay, "127.0.0.1", 0)
-        mapping[server.sockets[0].getsockname()[1]] = target
-        servers.append(server)
-    print(json.dumps(mapping), flush=True)
-    await asyncio.gather(*(srv.serve_forever() for srv in servers))
-
-
-class Forwarder:
-    """A child process relaying one new port per alias to its lab host's sshd: each alias is its own
-    TCP endpoint (gpubring refuses two hosts on one address and port) and its own SSH connection. Its
-    CPU is this benchmark's, not the controller's (read from /proc, printed apart)."""
-
-    def __init__(self, plan: Mapping[str, Sequence[str]], lab_ports: Mapping[str, int]) -> None:
-        wanted = [lab_ports[host] for host, names in plan.items() for _ in names]
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--forward", ",".join(map(str, wanted))],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if not line:
-            raise SystemExit("the forwarder did not start")
-        by_target: dict[int, list[int]] = {}
-        for port, target in json.loads(line).items():
-            by_target.setdefault(int(target), []).append(int(port))
-        self.ports = {
-            name: by_target[lab_ports[host]].pop() for host, names in plan.items() for name in names
-        }
-
-    def cpu_seconds(self) -> float:
-        try:
-            return parse_stat(Path(f"/proc/{self.proc.pid}/stat").read_text()).cpu_ticks / CLK_TCK
-        except (OSError, ValueError):
-            return 0.0
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -495,13 +410,10 @@ def report_stats(path: Path) -> dict[str, dict[str, int]]:
     return {h: {k: int(v) for k, v in c.items()} for h, c in data["stats"].items()}
 
 
-def timed_run(
-    inventory: Path, extra: Sequence[str], report: Path, forwarder: Forwarder, interval: float
-) -> dict[str, Any]:
+def timed_run(inventory: Path, extra: Sequence[str], report: Path, interval: float) -> dict[str, Any]:
     """One `gpubring up` with the controller's process tree sampled; its figures."""
     env = {**os.environ, "NO_COLOR": "1"}
     nodes0 = lab_cpu(PREFIX)
-    relay0 = forwarder.cpu_seconds()
     cpu0 = cpu_times()
     rusage0 = children_cpu()
     start = time.monotonic()
@@ -522,7 +434,6 @@ def timed_run(
     rusage1 = children_cpu()
     cpu1 = cpu_times()
     sampler.sample(time.monotonic())  # the re-parented ones (SSH masters) still alive: their CPU so far
-    relay1 = forwarder.cpu_seconds()
     nodes1 = lab_cpu(PREFIX)
     if proc.returncode != 0:
         tail = "\n".join("".join(out_chunks).strip().splitlines()[-40:])
@@ -547,7 +458,6 @@ def timed_run(
         "startup_s": None if first is None else first - start,
         "by_command": sampler.by_command(),
         "cpu_busy": busy_share(cpu0, cpu1),
-        "forwarder_cpu_s": relay1 - relay0,  # the benchmark's relay, in neither figure
         "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
     }  # fmt: skip
 
@@ -564,45 +474,39 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--small", type=int, default=1, help="also time this many aliases (fixed cost)")
     parser.add_argument("--lab-dir", type=Path, default=None, help="the lab's inventory folder (kept)")
     parser.add_argument("--keep-lab", action="store_true", help="leave the lab up afterwards")
+    parser.add_argument(
+        "--converge-only", action="store_true", help="lab up and converge, then stop (the lab is kept)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
-    parser.add_argument("--forward", default=None, help=argparse.SUPPRESS)  # the Forwarder's own process
     return parser.parse_args()
 
 
 def main() -> None:
     args = arguments()
-    if args.forward is not None:
-        asyncio.run(_serve([int(p) for p in args.forward.split(",") if p]))
-        return
     shard_counts = [int(s) for s in args.shards.split(",") if s.strip()]
     forks = ["--forks", str(args.forks)] if args.forks else []
     work = Path(tempfile.mkdtemp(prefix="gpubring-fleet-"))
     lab_dir = args.lab_dir or work / "lab"
     lab = ("--prefix", PREFIX, "--inventory-dir", lab_dir)
     rows: list[dict[str, Any]] = []
-    forwarder: Forwarder | None = None
     try:
         shape = ("--nodes", str(args.nodes), "--cpu-nodes", str(args.cpu_nodes), "--distro", args.distro)
         must(gpubring("lab", "up", *shape, *lab), "lab up")
         start = time.monotonic()
         must(gpubring("up", lab_dir, *forks, "--json", work / "converge.json"), "converging run")
         print(f"lab of {args.nodes} node(s) converged in {time.monotonic() - start:.0f} s", flush=True)
+        if args.converge_only:
+            return
         lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
-        lab_ports = {
-            host: int(hostvars["ansible_port"])
-            for body in lab_hosts["all"]["children"].values()
-            for host, hostvars in ((body or {}).get("hosts") or {}).items()
-        }
-        forwarder = Forwarder(alias_plan(lab_hosts, args.aliases), lab_ports)
         # The full fleet first: its untimed run proves every alias a no-op; the small fleet's names
         # are a subset of it, timed once for the start-up and the time per task round.
         sizes = [args.aliases, *([args.small] if 0 < args.small < args.aliases else [])]
         for aliases in sizes:
             fleet = work / f"fleet{aliases}"
             plan = alias_plan(lab_hosts, aliases)
-            names = write_fleet_inventory(lab_dir, fleet, plan, forwarder.ports)
+            names = write_fleet_inventory(lab_dir, fleet, plan)
             if aliases == args.aliases:
-                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", forwarder, args.interval)
+                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", args.interval)
                 print(
                     f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
                     f"{warm['changed']} changed",
@@ -615,7 +519,7 @@ def main() -> None:
                 if shards > 1 and not extra:
                     print(f"{shards} shards: skipped, {label}", flush=True)
                     continue
-                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json", forwarder,
+                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json",
                                 args.interval)  # fmt: skip
                 row.update(aliases=aliases, shards=shards, shard_label=label)
                 rows.append(row)
@@ -623,9 +527,7 @@ def main() -> None:
                 if row["changed"]:
                     raise SystemExit(f"the no-op changed {row['changed']} task(s)")
     finally:
-        if forwarder is not None:
-            forwarder.stop()
-        if not args.keep_lab:
+        if not (args.keep_lab or args.converge_only):
             gpubring("lab", "down", *lab, timeout=600)
     summarise(rows, args.aliases, args.forks or DEFAULT_FORKS, args.json)
 

@@ -60,74 +60,58 @@ def test_alias_plan_gives_control_planes_an_odd_count() -> None:
     assert fleet.alias_plan(LAB_HOSTS, 1) == {h: [f"{h}-a00"] for h in ("fl-cp1", "fl-gpu1", "fl-cpu1")}
 
 
-def _ports(plan: dict[str, list[str]]) -> dict[str, int]:
-    names = [n for names in plan.values() for n in names]
-    return {n: 40000 + i for i, n in enumerate(names)}
-
-
-def test_fleet_hosts_gives_each_alias_its_own_port_and_the_fleets_known_hosts() -> None:
+def test_fleet_hosts_names_each_alias_as_its_own_ssh_host() -> None:
     lab = {"all": {**LAB_HOSTS["all"], "vars": {
         **LAB_HOSTS["all"]["vars"],
         "ansible_ssh_common_args": "-o UserKnownHostsFile=/lab/.ssh/known_hosts -o StrictHostKeyChecking=yes",
     }}}  # fmt: skip
     plan = fleet.alias_plan(lab, 2)
-    ports = _ports(plan)
-    hosts = fleet.fleet_hosts(lab, plan, ports, "/fleet/known_hosts")
+    hosts = fleet.fleet_hosts(lab, plan, "/fleet/ssh_config")
     top = hosts["all"]["vars"]
     assert top["ansible_ssh_common_args"] == (
-        "-o UserKnownHostsFile=/fleet/known_hosts -o StrictHostKeyChecking=yes"
-    )  # host key checking stays on
+        "-F /fleet/ssh_config -o UserKnownHostsFile=/lab/.ssh/known_hosts -o StrictHostKeyChecking=yes"
+    )  # the lab's known_hosts, host key checking stays on
     assert top["ansible_user"] == "root"
     children = hosts["all"]["children"]
     assert set(children) == {"control_plane", "gpu_nodes", "cpu_nodes"}
     assert children["gpu_nodes"]["hosts"] == {
-        name: {"ansible_host": "127.0.0.1", "ansible_port": ports[name]}
-        for name in ("fl-gpu1-a00", "fl-gpu1-a01")
+        "fl-gpu1-a00": {"ansible_port": 2202},
+        "fl-gpu1-a01": {"ansible_port": 2202},
     }
     assert list(children["control_plane"]["hosts"]) == ["fl-cp1-a00"]
-    endpoints = [
-        (h["ansible_host"], h["ansible_port"]) for g in children.values() for h in g["hosts"].values()
-    ]
-    assert len(endpoints) == len(set(endpoints)) == 5  # gpubring refuses two hosts on one endpoint
     # The lab's own data is not changed (the next alias count derives from it again).
-    assert LAB_HOSTS["all"]["children"]["gpu_nodes"]["hosts"]["fl-gpu1"]["ansible_port"] == 2202
+    assert LAB_HOSTS["all"]["children"]["gpu_nodes"]["hosts"]["fl-gpu1"]["ansible_host"] == "127.0.0.1"
+    assert fleet.ssh_config_lines(lab, plan) == [
+        "Host fl-cp1-a00", "  HostName 127.0.0.1",
+        "Host fl-gpu1-a00", "  HostName 127.0.0.1",
+        "Host fl-gpu1-a01", "  HostName 127.0.0.1",
+        "Host fl-cpu1-a00", "  HostName 127.0.0.1",
+        "Host fl-cpu1-a01", "  HostName 127.0.0.1",
+    ]  # fmt: skip
 
 
-def test_fleet_known_hosts_lists_each_lab_key_under_each_alias_port() -> None:
-    lab_lines = ["[127.0.0.1]:2202 ssh-ed25519 AAAAgpu", "[127.0.0.1]:2202 ecdsa-sha2-nistp256 AAAAe",
-                 "[127.0.0.1]:2201 ssh-ed25519 AAAAcp", "# comment", ""]  # fmt: skip
-    lab_ports = {"g-a00": 2202, "g-a01": 2202, "c-a00": 2201}
-    ports = {"g-a00": 40001, "g-a01": 40002, "c-a00": 40003}
-    assert fleet.fleet_known_hosts(lab_lines, lab_ports, ports) == [
-        "[127.0.0.1]:40003 ssh-ed25519 AAAAcp",
-        "[127.0.0.1]:40001 ssh-ed25519 AAAAgpu",
-        "[127.0.0.1]:40001 ecdsa-sha2-nistp256 AAAAe",
-        "[127.0.0.1]:40002 ssh-ed25519 AAAAgpu",
-        "[127.0.0.1]:40002 ecdsa-sha2-nistp256 AAAAe",
-    ]
-
-
-def test_write_fleet_inventory_copies_group_and_host_vars_per_alias(tmp_path: Path) -> None:
+def _lab_folder(tmp_path: Path) -> Path:
     lab = tmp_path / "lab"
     (lab / "group_vars" / "all").mkdir(parents=True)
     (lab / "group_vars" / "all" / "lab.yml").write_text("gpubring_serial: 100%\n")
     (lab / "host_vars" / "fl-gpu1").mkdir(parents=True)
-    (lab / "host_vars" / "fl-gpu1" / "lab.yml").write_text("nvidia_driver_kernel_version: 6.1.0-41-amd64\n")
-    (lab / ".ssh").mkdir()
-    (lab / ".ssh" / "known_hosts").write_text("[127.0.0.1]:2202 ssh-ed25519 AAAAgpu\n")
+    (lab / "host_vars" / "fl-gpu1" / "lab.yml").write_text("nvidia_driver_kernel_modules: proprietary\n")
     (lab / "hosts.yml").write_text(yaml.safe_dump(LAB_HOSTS))
+    return lab
+
+
+def test_write_fleet_inventory_copies_group_and_host_vars_per_alias(tmp_path: Path) -> None:
+    lab = _lab_folder(tmp_path)
     out = tmp_path / "fleet"
     (out / "stale").mkdir(parents=True)  # a previous fleet's folder is replaced, not merged
     plan = fleet.alias_plan(LAB_HOSTS, 3)
-    ports = _ports(plan)
-    names = fleet.write_fleet_inventory(lab, out, plan, ports)
+    names = fleet.write_fleet_inventory(lab, out, plan)
     assert len(names) == 9
     assert not (out / "stale").exists()
     written = yaml.safe_load((out / "hosts.yml").read_text())
     assert sorted(h for g in written["all"]["children"].values() for h in g["hosts"]) == names
-    assert (out / "known_hosts").read_text().splitlines() == [
-        f"[127.0.0.1]:{ports[n]} ssh-ed25519 AAAAgpu" for n in fleet.alias_names("fl-gpu1", 3)
-    ]
+    assert written["all"]["vars"]["ansible_ssh_common_args"] == f"-F {(out / 'ssh_config').resolve()}"
+    assert (out / "ssh_config").read_text().count("  HostName 127.0.0.1\n") == 9
     assert (out / "group_vars" / "all" / "lab.yml").read_text() == "gpubring_serial: 100%\n"
     assert yaml.safe_load((out / "group_vars" / "all" / "fleet.yml").read_text()) == {
         "preflight_check_collisions": False
@@ -136,44 +120,21 @@ def test_write_fleet_inventory_copies_group_and_host_vars_per_alias(tmp_path: Pa
     assert (out / "host_vars" / "fl-gpu1-a02" / "lab.yml").read_text().startswith("nvidia_driver_kernel")
 
 
-def test_forwarder_relays_each_alias_port_to_its_lab_port() -> None:
-    """The real relay process, against two TCP servers standing in for two containers' sshd."""
-    import socket
-    import threading
+def test_gpubring_accepts_the_fleet_inventory_and_refuses_aliases_on_one_endpoint(tmp_path: Path) -> None:
+    """gpubring's own validation: aliases sharing ansible_host and port are refused (one host twice),
+    the fleet's names, each its own SSH host, load."""
+    from helpers import inventory_problems
 
-    def server(tag: bytes) -> socket.socket:
-        sock = socket.create_server(("127.0.0.1", 0))
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, _ = sock.accept()
-                except OSError:
-                    return
-                with conn:
-                    conn.sendall(tag + conn.recv(100))
-
-        threading.Thread(target=serve, daemon=True).start()
-        return sock
-
-    one, two = server(b"one:"), server(b"two:")
-    lab_ports = {"h1": one.getsockname()[1], "h2": two.getsockname()[1]}
-    forwarder = fleet.Forwarder({"h1": ["h1-a00", "h1-a01"], "h2": ["h2-a00"]}, lab_ports)
-    try:
-        assert len(set(forwarder.ports.values())) == 3
-        for name, expected in (("h1-a00", b"one:"), ("h1-a01", b"one:"), ("h2-a00", b"two:")):
-            with socket.create_connection(("127.0.0.1", forwarder.ports[name]), timeout=10) as conn:
-                conn.sendall(b"hello")
-                conn.shutdown(socket.SHUT_WR)
-                got = b""
-                while chunk := conn.recv(100):
-                    got += chunk
-            assert got == expected + b"hello"
-        assert forwarder.cpu_seconds() >= 0.0
-    finally:
-        forwarder.stop()
-        one.close()
-        two.close()
+    lab = _lab_folder(tmp_path)
+    out = tmp_path / "fleet"
+    fleet.write_fleet_inventory(lab, out, fleet.alias_plan(LAB_HOSTS, 3))
+    assert inventory_problems(out) == []
+    naive = yaml.safe_load((out / "hosts.yml").read_text())
+    for group in naive["all"]["children"].values():
+        for hostvars in group["hosts"].values():
+            hostvars["ansible_host"] = "127.0.0.1"
+    (out / "hosts.yml").write_text(yaml.safe_dump(naive))
+    assert any("expected an address no other host uses" in p for p in inventory_problems(out))
 
 
 # --- /proc sampling -------------------------------------------------------------------------------------
