@@ -10,8 +10,10 @@ sharded `gpubring up` stops every shard (exit 3) and leaves no process of the ru
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,14 +22,15 @@ import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
-from gpubring import formats
+from gpubring import formats, view
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.run import process, shards
 from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
-from helpers import DATA
+from helpers import DATA, closed_port
 
 SHARDS = DATA / "shards"
 PHASES = SHARDS / "phases"
@@ -124,7 +127,7 @@ def _run(inventory: Path, count: int, **extra: str) -> RunResult:
         inventory_root=inventory,
         hosts_file=inventory / "hosts.yml",
         command="test",
-        phases=("preflight", "host", "verify"),
+        phases=("host", "verify"),
         playbooks_dir=PHASES,
         serial="100%",
         options=RunOptions(
@@ -145,31 +148,49 @@ def _limits(result: RunResult) -> dict[str, str | None]:
     return found
 
 
-def test_a_sharded_run_with_a_failing_host_reports_what_one_process_reports(inventory: Path) -> None:
+def _summary(result: RunResult) -> str:
+    """The summary as printed, without the run's own duration and folder."""
+    console = Console(record=True, width=200, file=io.StringIO())
+    view.summary(console, result.report)
+    text = re.sub(r"[0-9.]+ s\b", "N s", console.export_text())
+    return "\n".join(line for line in text.splitlines() if not line.startswith("run folder:"))
+
+
+def test_a_sharded_run_with_a_failing_and_an_unreachable_host_reports_what_one_process_reports(
+    inventory: Path,
+) -> None:
+    """In the host phase n5 cannot be reached (ssh to a closed port) and n3 fails, each in its shard;
+    both are left out of verify, as one process leaves them out of the plays after."""
+    (inventory / "host_vars").mkdir()
+    (inventory / "host_vars" / "n5.yml").write_text(
+        f"---\nansible_connection: ssh\nansible_port: {closed_port()}\n"
+    )
     one = _run(inventory, 1, fail_host="n3")
     two = _run(inventory, 2, fail_host="n3")
-    assert one.exit_code == two.exit_code == ExitCode.TASK_FAILED
+    assert one.exit_code == two.exit_code == ExitCode.UNREACHABLE
+    assert _summary(two) == _summary(one)
+    assert "UNREACHABLE n5: Reach the host" in _summary(two)
+    assert "FAILED n3: Fail where asked" in _summary(two)
     assert two.state.host_counts() == one.state.host_counts()
     assert set(two.state.host_counts()) == set(HOSTS)
     assert [f.as_dict() for f in two.state.final_failures()] == [
         f.as_dict() for f in one.state.final_failures()
     ]
     assert two.report.to_json()["stats"] == one.report.to_json()["stats"]
-    assert two.report.status == one.report.status == "failed"
-    # One process today; with two shards: preflight, the host phase in two slices, then verify on
-    # the hosts still in the run (n3 failed).
+    assert two.report.status == one.report.status == "unreachable"
+    # One process today; with two shards: the host phase in two slices, then verify on the hosts
+    # still in the run (n3 failed, n5 was unreachable).
     assert list(_limits(one).values()) == [None]
     jobs = _limits(two)
     name = two.run_folder.name
-    assert list(jobs) == [f"{name}-1", f"{name}-2-1", f"{name}-2-2", f"{name}-3"]
-    assert jobs[f"{name}-1"] is None
-    parts = [set(str(jobs[f"{name}-2-{i}"]).split(",")) for i in (1, 2)]
+    assert list(jobs) == [f"{name}-1-1", f"{name}-1-2", f"{name}-2"]
+    parts = [set(str(jobs[f"{name}-1-{i}"]).split(",")) for i in (1, 2)]
     assert not parts[0] & parts[1] and parts[0] | parts[1] == set(HOSTS)
     assert all(part & set(GPU) for part in parts)
-    assert jobs[f"{name}-3"] == "n1,n2,n4,n5"
+    assert jobs[f"{name}-2"] == "n1,n2,n4"
     assert any("host phase in 2 shards" in note for note in two.state.notices)
     # The GPU play's batches: each shard took its whole slice at once (serial 100%), as one process did.
-    assert two.state.phases_started == one.state.phases_started == ["preflight", "host", "verify"]
+    assert two.state.phases_started == one.state.phases_started == ["host", "verify"]
 
 
 def _waiting(marker: str) -> list[int]:
