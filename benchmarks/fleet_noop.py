@@ -69,6 +69,7 @@ PREFIX = "gpubfleet"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEFAULT_FORKS = 10  # gpubring up's --forks default
 PLAYBOOK = "ansible-playboo"  # ansible-playbook's command name in /proc (15 characters)
+SHARDED_PHASE = "host"  # the phase gpubring_shards splits (cli/gpubring/run/shards.py)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -288,6 +289,25 @@ class TreeSampler:
         """When a process of this command name was first sampled (time.monotonic()), None if never."""
         return min((t.seen_at for t in self.seen.values() if t.stat.comm == comm), default=None)
 
+    def segments(self, comm: str) -> list[dict[str, Any]]:
+        """The processes of this command name grouped under their main process (the one whose parent
+        is another command: ansible-playbook's workers and helpers are its forks): per main, its
+        playbook (the last `.yml` of its command line), its busiest process's and all their CPU."""
+        by_pid = {pid: t for (pid, _), t in self.seen.items()}
+        groups: dict[int, dict[str, Any]] = {}
+        for t in self.seen.values():
+            if t.stat.comm != comm:
+                continue
+            main = t
+            while (parent := by_pid.get(main.stat.ppid)) is not None and parent.stat.comm == comm:
+                main = parent
+            playbook = next((w for w in reversed(main.cmdline.split()) if w.endswith(".yml")), "?")
+            group = groups.setdefault(main.stat.pid, {"playbook": playbook, "busiest_s": 0.0, "total_s": 0.0})
+            seconds = t.stat.cpu_ticks / CLK_TCK
+            group["busiest_s"] = max(group["busiest_s"], seconds)
+            group["total_s"] += seconds
+        return list(groups.values())
+
     def by_command(self) -> dict[str, float]:
         """CPU seconds per command name (as sampled: short-lived forks are under-counted)."""
         out: dict[str, float] = {}
@@ -309,13 +329,15 @@ def children_cpu() -> float:
 class Cost:
     """What the projection starts from, all measured by the timed runs (docs/fleet.md)."""
 
-    per_host_cpu: float  # controller CPU-seconds per host (every process of the tree)
-    root_per_host: float  # of it, the gpubring process's own (one process however many shards)
-    playbook_per_host: float  # the busiest ansible-playbook process's, with one shard
-    efficiency: float  # how well shards split that process (shard_efficiency; 1.0: ideal)
+    per_host_cpu: float  # controller CPU-seconds per host (every process of the tree, one shard)
+    root_per_host: float  # gpubring's own process's (one process however many shards)
+    unsplit_per_host: float  # the busiest process of each phase that runs as one process, added up
+    split_per_host: float  # the busiest process of the sharded phase, at `measured_shards` shards
+    measured_shards: int
     startup_s: float  # from the command's start to its first ansible-playbook process
-    round_s: float  # seconds per task when every host of a shard is worked at once (one fork round)
-    tasks: int  # task results per host in the no-op
+    round_s: float  # seconds per task when every host is worked at once (one fork round)
+    tasks_unsplit: int  # task results per host in the phases that run as one process
+    tasks_split: int  # task results per host in the sharded phase
 
 
 @dataclass(frozen=True)
@@ -330,25 +352,36 @@ class Projection:
     wall_s: float
 
 
-def shard_efficiency(busiest_1: float, busiest_n: float, shards_n: int) -> float:
-    """How much of the ideal split n shards achieved on the busiest process (1.0: it carries 1/n)."""
-    if shards_n <= 1 or busiest_n <= 0:
-        return 1.0
-    return min(1.0, (busiest_1 / busiest_n) / shards_n)
-
-
 def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> Projection:
     """Wall time of a no-op over `hosts` on a `cores`-core controller with `shards` ansible-playbook
-    processes of `forks` forks each: the start-up, plus the longest of (all controller CPU over the
-    cores), (the busiest single process: gpubring's own, or an ansible-playbook split `shards` ways
-    with the measured efficiency) and (the task rounds forks allow). The nodes' CPU is their own."""
+    processes of `forks` forks each in the sharded phase: the start-up, plus the longest of
+    - all controller CPU spread over the cores;
+    - the busiest process's path, on one core: gpubring's own (concurrent with the rest), or the
+      phases that run as one process one after the other plus the sharded phase's busiest process,
+      which carries measured_shards / shards of what it carried when measured;
+    - the task rounds: each task waits for ceil(hosts / forks) rounds in a phase of one process,
+      ceil(hosts / (shards x forks)) in the sharded phase.
+    The nodes' CPU is their own."""
     cpu_bound = hosts * cost.per_host_cpu / cores
-    playbook = cost.playbook_per_host / max(1.0, shards * cost.efficiency)
-    serial = hosts * max(cost.root_per_host, playbook)
-    rounds = -(-hosts // max(1, shards * forks))
-    latency = cost.tasks * rounds * cost.round_s
+    split = cost.split_per_host * cost.measured_shards / max(1, shards)
+    serial = hosts * max(cost.root_per_host, cost.unsplit_per_host + split)
+    rounds_one = -(-hosts // max(1, forks))
+    rounds_split = -(-hosts // max(1, shards * forks))
+    latency = cost.round_s * (cost.tasks_unsplit * rounds_one + cost.tasks_split * rounds_split)
     wall = cost.startup_s + max(cpu_bound, serial, latency)
     return Projection(hosts, cores, shards, forks, cpu_bound, serial, latency, wall)
+
+
+def split_costs(row: Mapping[str, Any]) -> tuple[float, float]:
+    """(unsplit, split) CPU-seconds per host of a row's busiest processes: a playbook run by one main
+    process is a phase of one process (their busiest processes add up: they run one after the other);
+    a playbook run by several is the sharded phase (its busiest process)."""
+    mains: dict[str, list[dict[str, Any]]] = {}
+    for seg in row["segments"]:
+        mains.setdefault(seg["playbook"], []).append(seg)
+    unsplit = sum(g[0]["busiest_s"] for g in mains.values() if len(g) == 1)
+    split = max((s["busiest_s"] for g in mains.values() if len(g) > 1 for s in g), default=0.0)
+    return unsplit / row["hosts"], split / row["hosts"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -410,6 +443,32 @@ def report_stats(path: Path) -> dict[str, dict[str, int]]:
     return {h: {k: int(v) for k, v in c.items()} for h, c in data["stats"].items()}
 
 
+def phase_tasks(report: Path) -> dict[str, int]:
+    """Task results per host and phase (the busiest host's), from the run's ansible-runner job events
+    (each event names its phase playbook: preflight.yml, host.yml, ...)."""
+    folder = Path(json.loads(report.read_text()).get("run_folder") or "")
+    counts: dict[tuple[str, str], int] = {}
+    for event in folder.glob("artifacts/*/job_events/*.json") if folder.is_dir() else []:
+        try:
+            data = json.loads(event.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("event") not in {
+            "runner_on_ok",
+            "runner_on_failed",
+            "runner_on_skipped",
+            "runner_on_unreachable",
+        }:
+            continue
+        info = data.get("event_data") or {}
+        key = (Path(str(info.get("playbook", "?"))).stem, str(info.get("host", "?")))
+        counts[key] = counts.get(key, 0) + 1
+    out: dict[str, int] = {}
+    for (phase, _), n in counts.items():
+        out[phase] = max(out.get(phase, 0), n)
+    return out
+
+
 def timed_run(inventory: Path, extra: Sequence[str], report: Path, interval: float) -> dict[str, Any]:
     """One `gpubring up` with the controller's process tree sampled; its figures."""
     env = {**os.environ, "NO_COLOR": "1"}
@@ -453,10 +512,12 @@ def timed_run(inventory: Path, extra: Sequence[str], report: Path, interval: flo
         "orphaned_cpu_s": sampler.orphaned_seconds(),
         "busiest": busiest_cmd,
         "busiest_cpu_s": busiest_s,
-        "playbook_cpu_s": playbook_s,  # the busiest ansible-playbook process (a shard's main process)
+        "playbook_cpu_s": playbook_s,  # the busiest ansible-playbook process
         "root_cpu_s": sampler.root_seconds(),  # gpubring's own process
         "startup_s": None if first is None else first - start,
         "by_command": sampler.by_command(),
+        "segments": sampler.segments(PLAYBOOK),
+        "phase_tasks": phase_tasks(report),
         "cpu_busy": busy_share(cpu0, cpu1),
         "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
     }  # fmt: skip
@@ -552,33 +613,43 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
     if not big:
         return
     one = big[0]
-    playbook_1 = one["playbook_cpu_s"] / one["hosts"]
     sharded = [r for r in big if r["shards"] > 1]
-    eff = 1.0
+    base = small[0] if small else one
+    tasks = base["phase_tasks"] or {"?": one["tasks_per_host"]}
     if sharded:
         r = sharded[0]
         ratio = (r["busiest_cpu_s"] / r["hosts"]) / (one["busiest_cpu_s"] / one["hosts"])
-        eff = shard_efficiency(playbook_1, r["playbook_cpu_s"] / r["hosts"], r["shards"])
-        print(f"\n{r['shard_label']}: the busiest process carries {ratio:.0%} of the busiest process's CPU "
-              f"per host with one shard (goal <= 55 %); the busiest ansible-playbook splits with efficiency "
-              f"{eff:.2f} of the ideal")  # fmt: skip
-    base = small[0] if small else one
+        print(
+            f"\n{r['shard_label']}: the busiest process carries {ratio:.0%} of the CPU-seconds per host "
+            f"of the busiest with one shard (goal <= 55 %); CPUs {r['cpu_busy']:.0%} busy (goal >= 90 %)"
+        )
+        unsplit, split = split_costs(r)
+        measured = r["shards"]
+        split_phases = [p for p in tasks if p == SHARDED_PHASE]
+    else:
+        unsplit, split, measured, split_phases = one["busiest_cpu_s"] / one["hosts"], 0.0, 1, []
     startup = base["startup_s"] or 0.0
     cost = Cost(
         per_host_cpu=one["controller_cpu_s"] / one["hosts"],
         root_per_host=max(r["root_cpu_s"] / r["hosts"] for r in big),
-        playbook_per_host=playbook_1,
-        efficiency=eff,
+        unsplit_per_host=unsplit,
+        split_per_host=split,
+        measured_shards=measured,
         startup_s=startup,
-        round_s=(base["wall_s"] - startup) / max(1, base["tasks_per_host"]),
-        tasks=one["tasks_per_host"],
+        round_s=(base["wall_s"] - startup) / max(1, sum(tasks.values())),
+        tasks_unsplit=sum(n for p, n in tasks.items() if p not in split_phases),
+        tasks_split=sum(n for p, n in tasks.items() if p in split_phases),
     )
     print(f"measured: {cost}")
-    projections = [project(cost, hosts=n, cores=16, shards=16, forks=forks) for n in (1, 100, 1000)]
+    projections = [
+        project(cost, hosts=n, cores=16, shards=min(16, n), forks=f)
+        for n in (1, 100, 1000)
+        for f in sorted({forks, 50})
+    ]
     for p in projections:
-        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shards of {p.forks} forks: "
+        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks: "
               f"{p.wall_s:.0f} s (start-up {cost.startup_s:.0f} s + the longest of: CPU over cores "
-              f"{p.cpu_bound_s:.0f} s, busiest process {p.serial_bound_s:.0f} s, task rounds "
+              f"{p.cpu_bound_s:.0f} s, busiest process path {p.serial_bound_s:.0f} s, task rounds "
               f"{p.latency_bound_s:.0f} s)")  # fmt: skip
     if out:
         payload = {"rows": rows, "cost": cost.__dict__, "projections": [p.__dict__ for p in projections]}

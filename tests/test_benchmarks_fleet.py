@@ -5,6 +5,7 @@ runs themselves need a lab and are the benchmark's job (docs/fleet.md)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -243,36 +244,81 @@ def test_cpu_times_and_busy_share_from_proc_stat(tmp_path: Path) -> None:
 # --- the projection -----------------------------------------------------------------------------------
 
 
-def test_shard_efficiency() -> None:
-    assert fleet.shard_efficiency(4.0, 2.0, 2) == pytest.approx(1.0)
-    assert fleet.shard_efficiency(4.0, 2.5, 2) == pytest.approx(0.8)
-    assert fleet.shard_efficiency(4.0, 1.0, 2) == 1.0  # never better than the ideal split
-    assert fleet.shard_efficiency(4.0, 4.0, 1) == 1.0
-
-
 COST = fleet.Cost(
-    per_host_cpu=1.6, root_per_host=0.05, playbook_per_host=0.8, efficiency=0.5, startup_s=3.0,
-    round_s=0.02, tasks=250,
+    per_host_cpu=1.6, root_per_host=0.05, unsplit_per_host=0.02, split_per_host=0.4, measured_shards=2,
+    startup_s=3.0, round_s=0.02, tasks_unsplit=50, tasks_split=200,
 )  # fmt: skip
 
 
 def test_project_takes_the_longest_of_cpu_over_cores_the_busiest_process_and_the_task_rounds() -> None:
     p = fleet.project(COST, hosts=100, cores=16, shards=16, forks=10)
     assert p.cpu_bound_s == pytest.approx(10.0)  # 160 CPU-s over 16 cores
-    assert p.serial_bound_s == pytest.approx(10.0)  # 80 s of one ansible-playbook split 16 x 0.5 = 8 ways
-    assert p.latency_bound_s == pytest.approx(5.0)  # 100 hosts <= 16 x 10 forks: one round of 250 tasks
-    assert p.wall_s == pytest.approx(13.0)
+    assert p.serial_bound_s == pytest.approx(100 * (0.02 + 0.4 * 2 / 16))  # 0.07 s per host
+    # 50 tasks in 10 rounds (one process, 10 forks) + 200 tasks in one round (16 x 10 forks)
+    assert p.latency_bound_s == pytest.approx(0.02 * (50 * 10 + 200 * 1))
+    assert p.wall_s == pytest.approx(3.0 + 14.0)
     big = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=10)
-    assert big.latency_bound_s == pytest.approx(250 * 7 * 0.02)  # ceil(1000 / 160) = 7 rounds
-    assert big.wall_s == pytest.approx(3.0 + 100.0)  # CPU over cores: 1,600 CPU-s / 16
+    assert big.latency_bound_s == pytest.approx(0.02 * (50 * 100 + 200 * 7))  # ceil(1000 / 160) = 7
+    assert big.wall_s == pytest.approx(3.0 + 128.0)
+    many_forks = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=50)
+    assert many_forks.latency_bound_s == pytest.approx(0.02 * (50 * 20 + 200 * 2))
+    assert many_forks.wall_s == pytest.approx(3.0 + 100.0)  # CPU over cores: 1,600 CPU-s / 16
     one_process = fleet.project(COST, hosts=1000, cores=16, shards=1, forks=10)
-    assert one_process.serial_bound_s == pytest.approx(800.0)  # 0.8 s per host on one core
-    assert one_process.latency_bound_s == pytest.approx(250 * 100 * 0.02)
-    assert one_process.wall_s == pytest.approx(803.0)
+    assert one_process.serial_bound_s == pytest.approx(1000 * (0.02 + 0.8))  # the host phase unsplit
 
 
 def test_project_never_splits_gpubrings_own_process() -> None:
     heavy_root = fleet.Cost(**{**COST.__dict__, "root_per_host": 0.5})
-    p = fleet.project(heavy_root, hosts=100, cores=16, shards=16, forks=10)
+    p = fleet.project(heavy_root, hosts=100, cores=16, shards=16, forks=50)
     assert p.serial_bound_s == pytest.approx(50.0)  # 0.5 s per host in the one gpubring process
     assert p.wall_s == pytest.approx(53.0)
+
+
+def test_split_costs_adds_the_phases_of_one_process_and_takes_the_busiest_shard() -> None:
+    row = {
+        "hosts": 10,
+        "segments": [
+            {"playbook": "/r/project/segment-1.yml", "busiest_s": 2.0, "total_s": 3.0},  # preflight
+            {"playbook": "/r/project/segment-2.yml", "busiest_s": 5.0, "total_s": 6.0},  # host, shard 1
+            {"playbook": "/r/project/segment-2.yml", "busiest_s": 6.0, "total_s": 7.0},  # host, shard 2
+            {"playbook": "/r/project/segment-3.yml", "busiest_s": 1.0, "total_s": 1.5},  # verify
+        ],
+    }
+    assert fleet.split_costs(row) == (pytest.approx(0.3), pytest.approx(0.6))
+
+
+def test_segments_groups_forks_under_their_main_process(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    _proc(proc, {
+        10: ("python", 1, 50, 0, "python -m gpubring up inv"),
+        11: ("ansible-playboo", 10, 300, 0, "ansible-playbook -i hosts.yml /r/project/segment-2.yml"),
+        12: ("ansible-playboo", 11, 40, 0, "ansible-playbook -i hosts.yml /r/project/segment-2.yml"),
+        13: ("ansible-playboo", 10, 200, 0, "ansible-playbook -l a,b /r/project/segment-2.yml"),
+        14: ("ssh", 12, 5, 0, "ssh host"),
+    })  # fmt: skip
+    sampler = fleet.TreeSampler(10, proc)
+    sampler.sample(0.0)
+    segments = sorted(sampler.segments(fleet.PLAYBOOK), key=lambda g: -g["busiest_s"])
+    seg = "/r/project/segment-2.yml"
+    assert segments == [
+        {"playbook": seg, "busiest_s": pytest.approx(300 / TICK), "total_s": pytest.approx(340 / TICK)},
+        {"playbook": seg, "busiest_s": pytest.approx(200 / TICK), "total_s": pytest.approx(200 / TICK)},
+    ]
+
+
+def test_phase_tasks_counts_results_per_phase_and_host_from_the_job_events(tmp_path: Path) -> None:
+    events = tmp_path / "run" / "artifacts" / "job1" / "job_events"
+    events.mkdir(parents=True)
+    results = [("preflight", "h1", "runner_on_ok"), ("preflight", "h1", "runner_on_skipped"),
+               ("preflight", "h2", "runner_on_ok"), ("host", "h1", "runner_on_ok"),
+               ("host", "h2", "runner_on_ok"), ("host", "h2", "runner_on_failed"),
+               ("host", "h2", "playbook_on_task_start"),
+               ("verify", "h1", "runner_on_unreachable")]  # fmt: skip
+    for n, (phase, host, event) in enumerate(results):
+        data = {"event": event, "event_data": {"playbook": f"/repo/playbooks/{phase}.yml", "host": host}}
+        (events / f"{n}-x.json").write_text(json.dumps(data))
+    (events / "broken.json").write_text("{")
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"run_folder": str(tmp_path / "run")}))
+    assert fleet.phase_tasks(report) == {"preflight": 2, "host": 2, "verify": 1}
