@@ -117,6 +117,9 @@ def test_the_plan_shards_only_the_host_phase(inventory: Path) -> None:
     assert shards.plan(base.__class__(**{**base.__dict__, "phases": ("verify",)}), inv) is None
     limited = base.__class__(**{**base.__dict__, "options": RunOptions(shards=4, limit="n1")})
     assert shards.plan(limited, inv) is None  # one host
+    by_e = RunOptions(extra_vars=parse_extra_vars(["gpubring_shards=3"]))
+    planned = shards.plan(base.__class__(**{**base.__dict__, "options": by_e}), inv)
+    assert planned is not None and planned.shards == 3  # -e wins over the inventory, as for every setting
 
 
 # --- real runs ------------------------------------------------------------------------------------------

@@ -123,14 +123,21 @@ def shard_serials(serial: str | None, hosts: int, gpu: int, count: int) -> list[
     return [str(total // used + (1 if index < total % used else 0)) for index in range(used)]
 
 
+def _extra_var(settings: RunSettings, name: str) -> Any:
+    """The operator's -e value of `name` (the last -e that sets it wins, as in Ansible), or None."""
+    value = None
+    for source in settings.options.extra_vars:
+        if isinstance(source, Mapping) and name in source:
+            value = source[name]
+    return value
+
+
 def _effective_serial(settings: RunSettings) -> str | None:
     """gpubring_serial as the plays get it: the operator's -e wins over the inventory's setting."""
-    serial = settings.serial
-    for source in settings.options.extra_vars:
-        if isinstance(source, Mapping) and "gpubring_serial" in source:
-            value = source["gpubring_serial"]
-            serial = json.dumps(value) if isinstance(value, list) else str(value)
-    return serial
+    value = _extra_var(settings, "gpubring_serial")
+    if value is None:
+        return settings.serial
+    return json.dumps(value) if isinstance(value, list) else str(value)
 
 
 @dataclass(frozen=True)
@@ -175,7 +182,9 @@ def plan(settings: RunSettings, inv: Inventory | None = None, cores: int | None 
 
     order = list(inv.hosts)
     hosts = resolve_pattern(limit, inv.groups, order) if limit else tuple(order)
-    value: Any = requested if requested is not None else inv.settings.get(SHARDS_SETTING, "auto")
+    value: Any = requested if requested is not None else _extra_var(settings, SHARDS_SETTING)
+    if value is None:
+        value = inv.settings.get(SHARDS_SETTING, "auto")
     count = shard_count(value, len(hosts), cores)
     if count < 2:
         return None
