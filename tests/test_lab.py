@@ -702,3 +702,142 @@ def test_lab_up_passes_the_gpu_distro(tmp_path: Path, monkeypatch: pytest.Monkey
     result = CliRunner().invoke(lab_command.app, args)
     assert result.exit_code == 0, result.output
     assert (seen[0].distro, seen[0].gpu_distro) == ("debian12", "debian13")
+
+
+# --- an air-gapped lab (--airgap BUNDLE_DIR) ------------------------------------------------------
+
+
+def _bundle(tmp_path: Path, *releases: str, kernel: str = "6.1.0-56-amd64") -> Path:
+    root = tmp_path / "bundle"
+    for release in releases:
+        repo = root / "apt" / release
+        repo.mkdir(parents=True)
+        (repo / "Packages").write_text(
+            "Package: ccache\nVersion: 4.8\n\n"
+            "Package: linux-headers-amd64\nVersion: 6.1.158-1\n"
+            f"Depends: linux-headers-{kernel} (= 6.1.158-1)\n",
+            encoding="utf-8",
+        )
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    (root / "charts").mkdir()
+    return root
+
+
+def test_airgap_plan_publishes_no_port_and_replaces_online_nodes(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "debian-bookworm")
+    spec = _spec(tmp_path, nodes=1, airgap=bundle)
+    online = _container(f"{PREFIX}-cp1", ("control_plane", "gpu_nodes"), 22201)
+
+    def no_port(port: int) -> bool:
+        raise AssertionError(f"asked for port {port}: an air-gapped node publishes none")
+
+    plan = lab.plan_lab(spec, [online], is_free=no_port)
+    assert plan.remove == (f"{PREFIX}-cp1",)  # an online node is no air-gapped one: made again
+    (node,) = plan.nodes
+    assert (node.action, node.port) == ("create", 22)
+    mine = lab.Container(
+        f"{PREFIX}-cp1", "running", spec.image, ("control_plane", "gpu_nodes"), 22,
+        address="172.30.0.3", airgap=str(bundle.resolve()),
+    )  # fmt: skip
+    (kept,) = lab.plan_lab(spec, [mine], is_free=no_port).nodes
+    assert (kept.action, kept.address, kept.port, kept.endpoint) == ("keep", "172.30.0.3", 22, "172.30.0.3")
+
+
+def test_parse_inspect_reads_an_airgapped_node_on_its_own_address() -> None:
+    data = [
+        {
+            "Name": "/gpub-cp1",
+            "State": {"Status": "running"},
+            "Config": {
+                "Image": "i",
+                "Labels": {lab.LABEL_GROUPS: "control_plane", "io.gpubring.lab.airgap": "/b"},
+            },
+            "HostConfig": {"PortBindings": {}},
+            "NetworkSettings": {"Networks": {"gpub-lab": {"IPAddress": "172.30.0.3"}}},
+        }
+    ]
+    (node,) = lab.parse_inspect(data)
+    assert (node.address, node.port, node.airgap) == ("172.30.0.3", 22, "/b")
+
+
+def test_airgap_inventory_reaches_nodes_on_their_address_with_the_mirror_vars(tmp_path: Path) -> None:
+    bundle = _bundle(tmp_path, "debian-bookworm")
+    spec = _spec(tmp_path, nodes=1, airgap=bundle)
+    node = lab.lab_nodes(spec)[0]
+    planned = [lab.PlannedNode(node, 22, "create", "172.30.0.3")]
+    lab.write_inventory(
+        spec,
+        planned,
+        {"172.30.0.3": ["ssh-ed25519 AAAA root@x"]},
+        lab.declared_variables(),
+        {"debian12": FACTS},
+    )
+    paths = lab.LabPaths(spec.inventory_dir)
+    hosts = yaml.safe_load(paths.hosts.read_text())
+    assert hosts["all"]["children"]["control_plane"]["hosts"][node.name] == {
+        "ansible_host": "172.30.0.3",
+        "ansible_port": 22,
+    }
+    assert paths.known_hosts.read_text() == "172.30.0.3 ssh-ed25519 AAAA\n"
+    mirror = yaml.safe_load((paths.root / "group_vars" / "all" / "airgap.yml").read_text())
+    assert mirror == {
+        "gpubring_chart_mirror": f"http://{PREFIX}-mirror/charts",
+        "gpubring_binary_mirror": f"http://{PREFIX}-mirror/files",
+    }
+    assert lab.read_marker(spec.inventory_dir)["airgap"] == str(bundle.resolve())  # type: ignore[index]
+    # The same folder brought up online again loses the mirror variables.
+    online = _spec(tmp_path, nodes=1)
+    lab.write_inventory(
+        online, [lab.PlannedNode(node, 22201, "create")], {}, lab.declared_variables(), {"debian12": FACTS}
+    )
+    assert not (paths.root / "group_vars" / "all" / "airgap.yml").exists()
+    assert lab.read_marker(spec.inventory_dir)["airgap"] is None  # type: ignore[index]
+
+
+def test_airgap_bundle_problems_and_kernel(tmp_path: Path) -> None:
+    from gpubring.lab import airgap
+
+    bundle = _bundle(tmp_path, "debian-bookworm")
+    assert airgap.bundle_problems(_spec(tmp_path, nodes=1, airgap=bundle)) == []
+    (problem,) = airgap.bundle_problems(_spec(tmp_path, nodes=1, gpu_distro="debian13", airgap=bundle))
+    assert problem.startswith(
+        f"--airgap {bundle}: no apt repository for debian13 (expected {bundle}/apt/debian-trixie/"
+    )
+    (missing,) = airgap.bundle_problems(_spec(tmp_path, nodes=1, airgap=tmp_path / "nope"))
+    assert "expected a bundle folder" in missing
+    assert airgap.bundle_kernel(bundle, "debian12") == "6.1.0-56-amd64"
+    assert airgap.bundle_kernel(bundle, "debian13") is None
+
+
+def test_lab_up_refuses_a_missing_bundle_before_any_container(tmp_path: Path) -> None:
+    args = [
+        "up",
+        "--prefix",
+        PREFIX,
+        "--inventory-dir",
+        str(tmp_path / "lab"),
+        "--airgap",
+        str(tmp_path / "nope"),
+    ]
+    result = CliRunner().invoke(lab_command.app, args)
+    assert result.exit_code == 2, result.output
+    assert f"--airgap {tmp_path / 'nope'}: expected a bundle folder" in result.output
+    assert not (tmp_path / "lab").exists()
+
+
+def test_an_airgapped_lab_stays_airgapped_when_grown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`lab up` without --airgap on an air-gapped lab's folder (a node added or replaced) keeps its bundle."""
+    bundle = _bundle(tmp_path, "debian-bookworm")
+    inv = tmp_path / "lab"
+    inv.mkdir()
+    (inv / lab.MARKER).write_text(json.dumps({"prefix": PREFIX, "airgap": str(bundle)}))
+    seen: list[lab.LabSpec] = []
+
+    def fake_up(spec: lab.LabSpec, out: object) -> lab.LabPlan:
+        seen.append(spec)
+        return lab.LabPlan(())
+
+    monkeypatch.setattr(lab, "up", fake_up)
+    result = CliRunner().invoke(lab_command.app, ["up", "--inventory-dir", str(inv), "--nodes", "2"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].airgap == bundle

@@ -65,6 +65,17 @@ def up_command(
     ] = None,
     prefix: Prefix = None,
     inventory_dir: InventoryDir = lab.DEFAULT_INVENTORY_DIR,
+    airgap: Annotated[
+        Path | None,
+        typer.Option(
+            "--airgap",
+            metavar="BUNDLE_DIR",
+            help="Air-gapped: the nodes on an internal network with no route out, a mirror container serving "
+            "this bundle (`gpubring bundle`) as their only apt source and the inventory's chart and binary "
+            "mirror [default: the folder's lab's; `lab down` first to go back online].",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start (or reuse) the lab's containers and write its inventory for `gpubring up`.
 
@@ -73,8 +84,13 @@ def up_command(
     nodes run --gpu-distro when given (one lab, two Debian releases), the others --distro. A second
     `lab up` with the same shape reuses the running containers.
     """
+    # An air-gapped lab stays one (a node added or replaced included) until `lab down`.
+    recorded = (lab.read_marker(inventory_dir) or {}).get("airgap")
+    if airgap is None and isinstance(recorded, str) and recorded:
+        airgap = Path(recorded)
     spec = lab.LabSpec(
         prefix=lab.resolve_prefix(prefix, inventory_dir),
+        airgap=airgap,
         nodes=nodes,
         control_planes=control_planes,
         cpu_nodes=cpu_nodes,
@@ -118,12 +134,16 @@ def status_command(prefix: Prefix = None, inventory_dir: InventoryDir = lab.DEFA
     if not rows:
         typer.echo(f"no lab {name!r} (no containers); start one with `gpubring lab up`")
         return
-    table = Table(title=f"lab {name} — inventory {inventory_dir}")
-    for column in ("node", "group", "state", "ssh port", "ssh"):
+    airgap = (lab.read_marker(inventory_dir) or {}).get("airgap")
+    title = f"lab {name} — inventory {inventory_dir}"
+    if airgap:
+        title += f" — air-gapped: {lab.mirror_state(name)} serves {airgap}"
+    table = Table(title=title)
+    for column in ("node", "group", "state", "ssh", "answers"):
         table.add_column(column)
     for row in rows:
         ssh = "-" if row.ssh is None else ("answers" if row.ssh else "[red]no answer[/red]")
-        port = f"127.0.0.1:{row.port}" if row.port else "-"
+        port = f"{row.address}:{row.port}" if row.port else "-"
         table.add_row(row.name, row.group, row.state, port, ssh)
     Console().print(table)
 

@@ -27,6 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpubring.lab.airgap import (
+    bundle_kernel,
+    bundle_problems,
+    ensure_mirror,
+    mirror_name,
+    mirror_state,
+    point_node_at_mirror,
+    remove_mirror,
+)
 from gpubring.lab.docker import (
     LABEL_GROUPS,
     LABEL_INVENTORY,
@@ -126,6 +135,7 @@ __all__ = [
     "lab_inventory_vars",
     "lab_nodes",
     "lab_vars",
+    "mirror_state",
     "needed_facts",
     "parse_inspect",
     "plan_lab",
@@ -160,9 +170,14 @@ def find_prefix(prefix: str | None, inventory_dir: Path) -> str | None:
     return None
 
 
-def setup_node(planned: PlannedNode, public_key: str, kernel: str | None = None) -> list[str]:
-    """Wait for systemd, install the lab key (and a kernel), return the node's host public keys."""
+def setup_node(
+    planned: PlannedNode, public_key: str, kernel: str | None = None, mirror_of: str | None = None
+) -> list[str]:
+    """Wait for systemd, point apt at the lab's mirror (`mirror_of`: an air-gapped lab's prefix), install
+    the lab key (and a kernel), return the node's host public keys."""
     wait_for_systemd(planned.node.name)
+    if mirror_of:
+        point_node_at_mirror(planned.node.name, mirror_of)
     return configure_node(planned.node.name, public_key, kernel)
 
 
@@ -176,11 +191,44 @@ class LabStatus:
     state: str
     port: int | None
     ssh: bool | None  # None: not asked (not running, or no lab key)
+    address: str = "127.0.0.1"
+
+
+def _start_nodes(spec: LabSpec, plan: LabPlan, out: Callable[[str], None]) -> LabPlan:
+    """The network (and an air-gapped lab's mirror), the containers created or started; the plan with
+    each air-gapped node's address."""
+    if spec.airgap is None:
+        remove_mirror(spec.prefix, out)
+    ensure_network(spec)
+    if spec.airgap is not None:
+        address = ensure_mirror(spec, out)
+        out(f"mirror: {mirror_name(spec.prefix)} ({address}) serves {spec.airgap.resolve()}; no route out")
+    for p in plan.nodes:
+        reach = "ssh on its own address" if spec.airgap else f"ssh 127.0.0.1:{p.port}"
+        if p.action == "create":
+            out(f"create {p.node.name} ({','.join(p.node.groups)}) {reach}")
+            run_container(spec, p)
+        elif p.action == "start":
+            out(f"start {p.node.name} {reach}")
+            docker("start", p.node.name)
+        else:
+            out(f"reuse {p.node.name} {reach}")
+    if spec.airgap is not None:
+        # A node's address on the internal network, known once it runs (a started one may have a new one).
+        running = {c.name: c for c in lab_containers(spec.prefix)}
+        nodes = []
+        for p in plan.nodes:
+            c = running.get(p.node.name)
+            if c is None or c.port is None:
+                raise LabError(f"{p.node.name}: no address on the lab's network {spec.network}")
+            nodes.append(PlannedNode(p.node, c.port, p.action, c.address))
+        return LabPlan(tuple(nodes), plan.remove)
+    return plan
 
 
 def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 120) -> LabPlan:
     """Bring the lab to the asked shape and write its inventory; idempotent."""
-    problems = spec_problems(spec)
+    problems = spec_problems(spec) + bundle_problems(spec)
     if problems:
         raise LabInputError("\n".join(problems))
     check_inventory_dir(spec)
@@ -188,22 +236,20 @@ def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 1
     ensure_image(spec, out)
     declared = declared_variables()
     facts = lab_facts(spec, facts_by_distro(declared, spec), read_marker(spec.inventory_dir), out)
+    if spec.airgap is not None:
+        # The kernel the GPU nodes get is the one the bundle carries (the archive may have moved on).
+        for distro, found in facts.items():
+            kernel = bundle_kernel(spec.airgap, distro) if "debian_kernel" in found else None
+            if kernel and kernel != found["debian_kernel"]:
+                out(f"kernel: the bundle carries {kernel} ({distro}): GPU nodes build the driver for it")
+                found["debian_kernel"] = kernel
     existing = lab_containers(spec.prefix)
     check_ownership(spec, existing)
     plan = plan_lab(spec, existing, published_ports())
     for name in plan.remove:
         out(f"remove {name} (not in the asked shape)")
         docker("rm", "-f", "-v", name)
-    ensure_network(spec)
-    for p in plan.nodes:
-        if p.action == "create":
-            out(f"create {p.node.name} ({','.join(p.node.groups)}) ssh 127.0.0.1:{p.port}")
-            run_container(spec, p)
-        elif p.action == "start":
-            out(f"start {p.node.name} ssh 127.0.0.1:{p.port}")
-            docker("start", p.node.name)
-        else:
-            out(f"reuse {p.node.name} ssh 127.0.0.1:{p.port}")
+    plan = _start_nodes(spec, plan, out)
     paths = LabPaths(spec.inventory_dir)
     public_key = ensure_key(paths, spec.prefix)
 
@@ -216,19 +262,21 @@ def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 1
         if p.action == "create" and kernel_of(p):
             out(f"kernel: installing linux-image-{kernel_of(p)} on {p.node.name} (containers have no kernel)")
 
+    mirror_of = spec.prefix if spec.airgap is not None else None
+
     def setup(p: PlannedNode) -> list[str]:
-        return setup_node(p, public_key, kernel_of(p))
+        return setup_node(p, public_key, kernel_of(p), mirror_of)
 
     with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
         keys = list(pool.map(setup, plan.nodes))
-    host_keys = {p.port: k for p, k in zip(plan.nodes, keys, strict=True)}
+    host_keys = {p.endpoint: k for p, k in zip(plan.nodes, keys, strict=True)}
     left_out = write_inventory(spec, plan.nodes, host_keys, declared, facts)
     if left_out:
         out("lab variables no role declares yet (not written): " + ", ".join(left_out))
     deadline = time.monotonic() + ssh_timeout
 
     def reachable(p: PlannedNode) -> None:
-        wait_for_ssh(paths, p.port, max(5.0, deadline - time.monotonic()))
+        wait_for_ssh(paths, p.port, max(5.0, deadline - time.monotonic()), address=p.address)
 
     with ThreadPoolExecutor(max_workers=min(8, len(plan.nodes))) as pool:
         list(pool.map(reachable, plan.nodes))
@@ -245,8 +293,8 @@ def status(prefix: str, inventory_dir: Path) -> list[LabStatus]:
     can_ssh = paths.key.is_file() and paths.known_hosts.is_file()
 
     def one(c: Container) -> LabStatus:
-        ssh = ssh_answers(paths, c.port) if (can_ssh and c.state == "running" and c.port) else None
-        return LabStatus(c.name, c.groups[0] if c.groups else "?", c.state, c.port, ssh)
+        ssh = ssh_answers(paths, c.port, c.address) if (can_ssh and c.state == "running" and c.port) else None
+        return LabStatus(c.name, c.groups[0] if c.groups else "?", c.state, c.port, ssh, c.address)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         rows = list(pool.map(one, containers))
@@ -275,6 +323,7 @@ def down(
         if containers:
             out(f"remove {', '.join(c.name for c in containers)}")
             docker("rm", "-f", "-v", *(c.name for c in containers))
+        remove_mirror(prefix, out)
         remove_network(prefix)
     else:
         out("no Docker engine answers: no containers to remove")

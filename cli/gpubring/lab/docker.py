@@ -13,13 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpubring.lab.shape import Container, LabError, LabSpec, PlannedNode, image_of
+from gpubring.lab.shape import SSH_PORT, Container, LabError, LabSpec, PlannedNode, image_of
 from gpubring.paths import project_root
 
 # Labels on every lab container: which lab it belongs to and which inventory groups it is in.
 LABEL_PREFIX = "io.gpubring.lab.prefix"
 LABEL_GROUPS = "io.gpubring.lab.groups"
 LABEL_INVENTORY = "io.gpubring.lab.inventory"
+# An air-gapped lab's node: the bundle folder its mirror serves (gpubring.lab.airgap).
+LABEL_AIRGAP = "io.gpubring.lab.airgap"
 
 # The container options DESIGN.md gives for systemd as PID 1 without --privileged.
 SYSTEMD_RUN_OPTIONS: tuple[str, ...] = (
@@ -127,6 +129,13 @@ def parse_inspect(data: Sequence[Mapping[str, Any]]) -> list[Container]:
         labels = (item.get("Config") or {}).get("Labels") or {}
         bindings = ((item.get("HostConfig") or {}).get("PortBindings") or {}).get("22/tcp") or []
         port = next((int(b["HostPort"]) for b in bindings if str(b.get("HostPort", "")).isdigit()), None)
+        airgap = str(labels.get(LABEL_AIRGAP) or "")
+        address = "127.0.0.1"
+        if airgap:  # no published port: its sshd on its own address in the lab's network
+            networks = (item.get("NetworkSettings") or {}).get("Networks") or {}
+            found = [str(n.get("IPAddress") or "") for n in networks.values() if isinstance(n, Mapping)]
+            address = next((a for a in found if a), "")
+            port = SSH_PORT if address else None
         out.append(
             Container(
                 name=str(item.get("Name", "")).lstrip("/"),
@@ -136,6 +145,8 @@ def parse_inspect(data: Sequence[Mapping[str, Any]]) -> list[Container]:
                 port=port,
                 inventory=str(labels.get(LABEL_INVENTORY) or ""),
                 prefix=str(labels.get(LABEL_PREFIX) or ""),
+                address=address or "127.0.0.1",
+                airgap=airgap,
             )
         )
     return sorted(out, key=lambda c: c.name)
@@ -162,9 +173,17 @@ def published_ports() -> set[int]:
 
 
 def ensure_network(spec: LabSpec) -> None:
-    """A network per lab, so that the nodes resolve each other by name as servers do through DNS."""
-    if run_command(["docker", "network", "inspect", spec.network], check=False).returncode != 0:
-        docker("network", "create", "--label", f"{LABEL_PREFIX}={spec.prefix}", spec.network)
+    """A network per lab, so that the nodes resolve each other by name as servers do through DNS; an
+    air-gapped lab's is `--internal` (no route out). One of the other kind is made again (`up` removed
+    the containers of the other kind first: their airgap label differs)."""
+    proc = run_command(["docker", "network", "inspect", spec.network], check=False)
+    if proc.returncode == 0:
+        internal = bool((json.loads(proc.stdout) or [{}])[0].get("Internal"))
+        if internal == bool(spec.airgap):
+            return
+        docker("network", "rm", spec.network)
+    internal_flag = ("--internal",) if spec.airgap else ()
+    docker("network", "create", *internal_flag, "--label", f"{LABEL_PREFIX}={spec.prefix}", spec.network)
 
 
 def remove_network(prefix: str) -> None:
@@ -177,6 +196,13 @@ def run_container(spec: LabSpec, planned: PlannedNode) -> None:
     node = planned.node
     cache = ccache_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    # An air-gapped node publishes nothing (no port reaches into an internal network): its sshd is
+    # reached on its own address, which the machine routes to.
+    reach = (
+        ("--label", f"{LABEL_AIRGAP}={spec.airgap.resolve()}")
+        if spec.airgap
+        else ("-p", f"127.0.0.1:{planned.port}:22")
+    )
     docker(
         "run", "-d",
         "--name", node.name,
@@ -187,7 +213,7 @@ def run_container(spec: LabSpec, planned: PlannedNode) -> None:
         "--label", f"{LABEL_INVENTORY}={spec.inventory_dir.resolve()}",
         *SYSTEMD_RUN_OPTIONS,
         "-v", f"{cache}:{CCACHE_IN_NODE}",
-        "-p", f"127.0.0.1:{planned.port}:22",
+        *reach,
         image_of(spec.distro_of(node)),
         SYSTEMD_COMMAND,
     )  # fmt: skip

@@ -76,7 +76,7 @@ def render_hosts(nodes: Sequence[PlannedNode], paths: LabPaths) -> dict[str, Any
     children: dict[str, dict[str, Any]] = {}
     for group in (GROUP_CONTROL_PLANE, GROUP_GPU, GROUP_CPU):
         members = {
-            p.node.name: {"ansible_host": "127.0.0.1", "ansible_port": p.port}
+            p.node.name: {"ansible_host": p.address, "ansible_port": p.port}
             for p in nodes
             if group in p.node.groups
         }
@@ -95,14 +95,17 @@ def render_hosts(nodes: Sequence[PlannedNode], paths: LabPaths) -> dict[str, Any
     }
 
 
-def known_hosts_lines(host_keys: Mapping[int, Sequence[str]]) -> list[str]:
-    """known_hosts lines for `[127.0.0.1]:PORT` from each container's `ssh_host_*_key.pub` lines."""
+def known_hosts_lines(host_keys: Mapping[int, Sequence[str]] | Mapping[str, Sequence[str]]) -> list[str]:
+    """known_hosts lines from each container's `ssh_host_*_key.pub` lines, keyed by its 127.0.0.1 port
+    (`[127.0.0.1]:PORT`) or by the endpoint known_hosts names (PlannedNode.endpoint: an air-gapped
+    node's own address)."""
     lines: list[str] = []
-    for port in sorted(host_keys):
-        for pub in host_keys[port]:
+    for key in sorted(host_keys, key=str):
+        endpoint = key if isinstance(key, str) else f"[127.0.0.1]:{key}"
+        for pub in host_keys[key]:  # type: ignore[index]
             parts = pub.split()
             if len(parts) >= 2 and parts[0].startswith(("ssh-", "ecdsa-")):
-                lines.append(f"[127.0.0.1]:{port} {parts[0]} {parts[1]}")
+                lines.append(f"{endpoint} {parts[0]} {parts[1]}")
     return lines
 
 
@@ -121,7 +124,7 @@ def _dump(data: Any, what: str) -> str:
 def write_inventory(
     spec: LabSpec,
     nodes: Sequence[PlannedNode],
-    host_keys: Mapping[int, Sequence[str]],
+    host_keys: Mapping[int, Sequence[str]] | Mapping[str, Sequence[str]],
     declared: Iterable[str],
     facts: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[str]:
@@ -152,6 +155,18 @@ def write_inventory(
             old.unlink()
             if not any(old.parent.iterdir()):
                 old.parent.rmdir()
+    # An air-gapped lab's mirror variables (gpubring.lab.airgap), in their own file.
+    airgap_vars = paths.root / "group_vars" / "all" / "airgap.yml"
+    if spec.airgap is not None:
+        from gpubring.lab.airgap import mirror_vars
+
+        _write(
+            airgap_vars,
+            _dump(mirror_vars(spec.prefix, spec.airgap), "The air-gapped lab's mirror (its bundle's parts)"),
+            0o644,
+        )
+    else:
+        airgap_vars.unlink(missing_ok=True)
     for host, values in sorted(host_vars.items()):
         _write(
             paths.host_vars(host),
@@ -167,11 +182,13 @@ def write_inventory(
                 "name": p.node.name,
                 "groups": list(p.node.groups),
                 "port": p.port,
+                "address": p.address,
                 "distro": spec.distro_of(p.node),
             }
             for p in nodes
         ],
         "facts_by_distro": {d: dict(v) for d, v in (facts or {}).items()},
+        "airgap": str(spec.airgap.resolve()) if spec.airgap else None,
     }
     _write(paths.marker, json.dumps(marker, indent=2) + "\n", 0o644)
     return left_out

@@ -15,6 +15,7 @@ DEFAULT_PREFIX = "gpub"
 DEFAULT_INVENTORY_DIR = Path("inventories/lab")
 IMAGE_REPOSITORY = "gpubring-testhost"
 BASE_PORT = 22201
+SSH_PORT = 22  # an air-gapped node's sshd, on its own address
 MAX_PORT = 32767  # below Linux's default ephemeral range, so the kernel does not hand our ports out
 
 GROUP_CONTROL_PLANE = "control_plane"
@@ -50,6 +51,9 @@ class LabSpec:
     # The GPU nodes' distro when it is not --distro (`--gpu-distro`): a lab whose GPU nodes run one
     # Debian release and its control planes and CPU nodes another, so that one lab exercises both.
     gpu_distro: str | None = None
+    # The bundle folder of an air-gapped lab (`--airgap`, gpubring.lab.airgap): its nodes on an internal
+    # network with no route out, reached on their own address and port 22, a mirror container serving it.
+    airgap: Path | None = None
 
     @property
     def image(self) -> str:
@@ -138,6 +142,8 @@ class Container:
     port: int | None
     inventory: str = ""  # the inventory folder the lab was made for (absolute)
     prefix: str = ""
+    address: str = "127.0.0.1"  # where its sshd is reached: 127.0.0.1 (a published port), else its own IP
+    airgap: str = ""  # the bundle folder of an air-gapped lab's node (its label)
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,12 @@ class PlannedNode:
     node: Node
     port: int
     action: Literal["keep", "start", "create"]
+    address: str = "127.0.0.1"  # an air-gapped node's IP on the lab's internal network (known once it runs)
+
+    @property
+    def endpoint(self) -> str:
+        """Its sshd as known_hosts names it: `[127.0.0.1]:PORT`, or the bare address on port 22."""
+        return self.address if self.port == SSH_PORT else f"[{self.address}]:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -205,6 +217,7 @@ def plan_lab(
             and c.image == image_of(spec.distro_of(node))
             and c.groups == node.groups
             and c.port is not None
+            and c.airgap == (str(spec.airgap.resolve()) if spec.airgap else "")
         ):
             reuse[c.name] = c
         else:
@@ -212,12 +225,14 @@ def plan_lab(
     # Ports of containers about to be removed are not handed out again in the same run: their
     # proxies may still hold them while the plan is made.
     taken = set(taken_ports) | {c.port for c in existing if c.port is not None}
-    fresh = iter(allocate_ports(len(wanted) - len(reuse), taken, is_free))
+    count = 0 if spec.airgap else len(wanted) - len(reuse)  # an air-gapped node publishes no port
+    fresh = iter(allocate_ports(count, taken, is_free))
     planned: list[PlannedNode] = []
     for node in wanted:
         kept = reuse.get(node.name)
         if kept is not None and kept.port is not None:
-            planned.append(PlannedNode(node, kept.port, "keep" if kept.state == "running" else "start"))
+            action: Literal["keep", "start"] = "keep" if kept.state == "running" else "start"
+            planned.append(PlannedNode(node, kept.port, action, kept.address))
         else:
-            planned.append(PlannedNode(node, next(fresh), "create"))
+            planned.append(PlannedNode(node, SSH_PORT if spec.airgap else next(fresh), "create"))
     return LabPlan(tuple(planned), tuple(sorted(remove)))

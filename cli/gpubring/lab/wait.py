@@ -25,7 +25,9 @@ def wait_for_systemd(name: str, timeout: float = 90) -> None:
     raise LabError(f"{name}: systemd did not finish booting within {timeout:.0f}s (state: {state})\n{logs}")
 
 
-def ssh_argv(paths: LabPaths, port: int, *command: str, timeout: int = 5) -> list[str]:
+def ssh_argv(
+    paths: LabPaths, port: int, *command: str, timeout: int = 5, address: str = "127.0.0.1"
+) -> list[str]:
     """ssh to a lab node with the options the inventory gives Ansible (host key checking on)."""
     return [
         "ssh",
@@ -35,25 +37,26 @@ def ssh_argv(paths: LabPaths, port: int, *command: str, timeout: int = 5) -> lis
         "-o", f"ConnectTimeout={timeout}",
         "-o", "LogLevel=ERROR",
         "-p", str(port),
-        "root@127.0.0.1",
+        f"root@{address}",
         *command,
     ]  # fmt: skip
 
 
-def ssh_answers(paths: LabPaths, port: int) -> bool:
+def ssh_answers(paths: LabPaths, port: int, address: str = "127.0.0.1") -> bool:
     try:
-        return run_command(ssh_argv(paths, port, "true"), timeout=15, check=False).returncode == 0
+        argv = ssh_argv(paths, port, "true", address=address)
+        return run_command(argv, timeout=15, check=False).returncode == 0
     except LabError:
         return False
 
 
-def wait_for_ssh(paths: LabPaths, port: int, timeout: float = 60) -> None:
+def wait_for_ssh(paths: LabPaths, port: int, timeout: float = 60, address: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while True:
-        proc = run_command(ssh_argv(paths, port, "true"), timeout=15, check=False)
+        proc = run_command(ssh_argv(paths, port, "true", address=address), timeout=15, check=False)
         if proc.returncode == 0:
             return
         if time.monotonic() >= deadline:
             why = proc.stderr.strip()
-            raise LabError(f"127.0.0.1:{port}: SSH did not answer within {timeout:.0f}s: {why}")
+            raise LabError(f"{address}:{port}: SSH did not answer within {timeout:.0f}s: {why}")
         time.sleep(1)
