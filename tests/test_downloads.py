@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from gpubring import bundle, releases
 from gpubring import downloads as scan
-from gpubring import releases
 from gpubring.downloads import Download
 from gpubring.inventory import Inventory, load_inventory
 from helpers import REPO
@@ -43,12 +43,9 @@ ROLES = REPO / "roles"
 ALL_ON = REPO / "tests" / "data" / "inventories" / "all-on"
 SAMPLE = REPO / "inventories" / "prod"
 
-MIRRORS = {
-    "gpubring_apt_mirror": "https://apt.mirror.invalid/apt",
-    "gpubring_chart_mirror": "https://charts.mirror.invalid/charts",
-    "gpubring_registry_mirror": "https://registry.mirror.invalid",
-    "gpubring_binary_mirror": "https://files.mirror.invalid/files",
-}
+# Mirrors on a reserved name (gpubring.downloads'): a URL rendered with them shows its path under its
+# mirror, the path the bundle's entry must have.
+MIRRORS = dict(scan.PROBE_MIRRORS)
 
 
 @functools.cache
@@ -219,3 +216,20 @@ def test_an_oci_chart_mirror_serves_every_chart_by_its_name() -> None:
         assert source["chart_ref"] == f"{mirror}/{chart_name}", release.name
         assert source["chart_version"] == str(release.version), release.name
         assert not source["chart_repo_url"], release.name
+
+
+def test_every_download_has_its_entry_in_the_bundle() -> None:
+    """The bundle's plan (the entries `gpubring bundle` fetches and writes to manifest.json, computed
+    here without the network) lists every download, a file or key at the path its mirror serves it."""
+    planned = {(p.entry.kind, p.entry.source): p.entry for p in bundle.plan_entries(downloads())}
+    for d in downloads():
+        kind = {"apt": "apt-repo" if d.repository else "apt-source"}.get(d.kind, d.kind)
+        entry = planned.get((kind, d.upstream))
+        assert entry is not None, f"{d.where}: {d.upstream} is not in the bundle's manifest"
+        if kind in ("file", "apt-source"):
+            under = d.source.split()[0].removeprefix(MIRRORS[d.variable] + "/")
+            assert entry.path == f"{'files' if kind == 'file' else 'apt'}/{under}", (d, entry)
+        elif kind == "chart":
+            assert entry.path == f"charts/{d.name}-{d.version}.tgz", entry
+    kinds = {p.entry.kind for p in bundle.plan_entries(downloads())}
+    assert kinds == {"file", "apt-source", "apt-repo", "chart", "image"}

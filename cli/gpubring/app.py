@@ -13,6 +13,7 @@ import typer
 
 from gpubring import __version__
 from gpubring.commands import (
+    bundle,
     certs,
     check,
     dev,
@@ -51,6 +52,7 @@ app.add_typer(lab.app, name="lab")
 app.add_typer(dev.app, name="dev")
 app.add_typer(node.app, name="node")
 app.add_typer(etcd.app, name="etcd")
+app.add_typer(bundle.app, name="bundle")
 
 
 def _version(value: bool) -> None:

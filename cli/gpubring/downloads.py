@@ -107,6 +107,7 @@ class Download:
     source: str  # where a run with this inventory (and the overrides) fetches it
     name: str = ""  # a chart's name, an image's reference, a file's name
     version: str = ""  # a chart's pin, an image's tag or digest
+    repository: bool = False  # an apt repository (a source a host reads), not one file
 
     @property
     def variable(self) -> str:
@@ -119,7 +120,7 @@ class Download:
             return "local"
         return "mirror" if str(inv_values.get(self.variable) or "").strip() else "upstream"
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "role": self.role,
@@ -129,6 +130,7 @@ class Download:
             "variable": self.variable,
             "name": self.name,
             "version": self.version,
+            "repository": self.repository,
         }
 
 
@@ -252,7 +254,8 @@ def _url_downloads(inv: Inventory, overrides: Mapping[str, Any], facts: Mapping[
             continue
         source = str(_variables(inv, roles, overrides, facts, extra).resolve(raw, where))
         name = urlsplit(upstream.strip()).path.rstrip("/").rsplit("/", 1)[-1]
-        out.append(Download(kind, role, where, upstream.strip(), source.strip(), name))
+        repository = module in ("deb822_repository", "apt_repository")
+        out.append(Download(kind, role, where, upstream.strip(), source.strip(), name, "", repository))
     for path in apt_source_templates():
         role = path.relative_to(_roles()).parts[0]
         extra = _role_facts(role, facts)
@@ -261,7 +264,7 @@ def _url_downloads(inv: Inventory, overrides: Mapping[str, Any], facts: Mapping[
         if len(up) != len(down):
             raise ValueError(f"{path}: a different number of URLs with the mirror ({up} / {down})")
         out.extend(
-            Download("apt", role, str(path.relative_to(root)), u, m, path.name.removesuffix(".j2"))
+            Download("apt", role, str(path.relative_to(root)), u, m, path.name.removesuffix(".j2"), "", True)
             for u, m in zip(up, down, strict=True)
         )
     return out
@@ -414,10 +417,10 @@ def scan(
     )
 
 
-def mirror_path(download: Download, probe: Download) -> str:
-    """The path of a URL download under its mirror, from the same download rendered with
-    PROBE_MIRRORS ("" when the mirror does not cover it)."""
-    prefix = PROBE_MIRRORS[download.variable] + "/"
+def mirror_path(probe: Download) -> str:
+    """The path of a URL download under its mirror, from the download scanned with PROBE_MIRRORS as
+    overrides ("" when the mirror does not cover it)."""
+    prefix = PROBE_MIRRORS[probe.variable] + "/"
     target = probe.source.split()[0] if probe.source else ""
     return target[len(prefix) :].lstrip("/") if target.startswith(prefix) else ""
 
@@ -438,7 +441,7 @@ def _described(d: Download, values: Mapping[str, Any]) -> str:
     return f"{d.source} (upstream; {d.variable} unset)"
 
 
-def document(found: Sequence[Download], values: Mapping[str, Any]) -> list[dict[str, str]]:
+def document(found: Sequence[Download], values: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The downloads as JSON: each with where it comes from (`via`: upstream, mirror or local)."""
     return [{**d.as_dict(), "via": d.via(values), "from": _described(d, values)} for d in _unique(found)]
 

@@ -1,0 +1,105 @@
+"""`gpubring bundle`: build the bundle an air-gapped site needs (and, with `serve`, serve it).
+
+`gpubring bundle INVENTORY DIR` is `gpubring bundle build INVENTORY DIR`: the group runs `build` when
+its first argument is not one of its commands (so `gpubring bundle serve DIR` stays unambiguous).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from gpubring.options import InventoryArg
+
+
+class _BuildByDefault(TyperGroup):
+    """A group whose default command is `build`: `bundle INVENTORY DIR` = `bundle build INVENTORY DIR`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # a click Context (typer vendors click)
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(
+    cls=_BuildByDefault,
+    help="The bundle of an air-gapped site: `gpubring bundle INVENTORY DIR` builds it "
+    "(the same as `gpubring bundle build INVENTORY DIR`).",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+BundleDir = Annotated[
+    Path,
+    typer.Argument(
+        metavar="DIR", help="The bundle's folder (created; a second run resumes in it).", show_default=False
+    ),
+]
+ChartsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--charts",
+        metavar="DIR",
+        help="Local charts to package instead of fetching them: <chart>-<version>/ or <chart>-<version>.tgz.",
+    ),
+]
+
+
+def _fail(message: str) -> None:
+    from gpubring.exitcodes import ExitCode
+
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=ExitCode.BAD_INPUT) from None
+
+
+@app.command("build")
+def build(inventory: InventoryArg, folder: BundleDir, charts: ChartsDir = None) -> None:
+    """Fetch what an offline site needs for INVENTORY into DIR: the files the roles download
+    (DIR/files, as gpubring_binary_mirror serves them), the Helm charts at their pins (DIR/charts, a Helm
+    repository), the container images (DIR/images, with skopeo, crane or ctr when one is on PATH), the
+    apt repositories per OS release, DIR/manifest.json and DIR/hauler-manifest.yaml.
+
+    What cannot be fetched from here is listed with its source and the real error; the rest goes on and
+    the exit code is 0. A second run fetches only what is missing or changed."""
+    from rich.console import Console
+
+    from gpubring import bundle
+    from gpubring.commands._common import exit_with, load_or_exit
+    from gpubring.releases import ReleaseRenderError
+    from gpubring.yamlfile import Problem
+
+    try:
+        bundle.check_folder(folder)
+    except bundle.BundleError as exc:
+        _fail(str(exc))
+    if charts is not None and not charts.is_dir():
+        _fail(f"--charts {charts}: expected a folder of <chart>-<version>/ or <chart>-<version>.tgz")
+    inv = load_or_exit(inventory)
+    console = Console(highlight=False, soft_wrap=True)
+
+    def say(text: str) -> None:
+        console.print(text, markup=False)
+
+    try:
+        result = bundle.build(inv, folder, bundle.Output(say, console), charts_dir=charts)
+    except bundle.BundleError as exc:
+        _fail(str(exc))
+        raise
+    except ReleaseRenderError as exc:
+        exit_with([Problem(exc.where, "releases", exc.message)])
+    _summary(result, say)
+
+
+def _summary(result: Any, say: Any) -> None:
+    for entry in result.missing:
+        what = entry.name if entry.kind == "image" else f"{entry.name} {entry.version}".rstrip()
+        say(f"missing: {entry.kind} {what}: {entry.reason}")
+    for note in result.notes:
+        say(f"note: {note}")
+    say(
+        f"{len(result.fetched)} fetched, {len(result.missing)} missing "
+        f"(see {result.folder / 'manifest.json'})"
+    )
