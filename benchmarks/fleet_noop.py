@@ -349,7 +349,8 @@ class Projection:
     cpu_bound_s: float  # all controller CPU spread over the cores
     serial_bound_s: float  # the busiest single process, on one core
     latency_bound_s: float  # task rounds: each task waits for ceil(hosts / (shards x forks)) rounds
-    wall_s: float
+    wall_s: float  # the terms overlapping fully (the longest of them): the low end
+    wall_upper_s: float  # the busiest process's path and the task rounds not overlapping: the high end
 
 
 def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> Projection:
@@ -361,7 +362,7 @@ def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> P
       which carries measured_shards / shards of what it carried when measured;
     - the task rounds: each task waits for ceil(hosts / forks) rounds in a phase of one process,
       ceil(hosts / (shards x forks)) in the sharded phase.
-    The nodes' CPU is their own."""
+    The nodes' CPU is their own. The high end adds the last two instead (no overlap at all)."""
     cpu_bound = hosts * cost.per_host_cpu / cores
     split = cost.split_per_host * cost.measured_shards / max(1, shards)
     serial = hosts * max(cost.root_per_host, cost.unsplit_per_host + split)
@@ -369,7 +370,8 @@ def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> P
     rounds_split = -(-hosts // max(1, shards * forks))
     latency = cost.round_s * (cost.tasks_unsplit * rounds_one + cost.tasks_split * rounds_split)
     wall = cost.startup_s + max(cpu_bound, serial, latency)
-    return Projection(hosts, cores, shards, forks, cpu_bound, serial, latency, wall)
+    upper = cost.startup_s + max(cpu_bound, serial + latency)
+    return Projection(hosts, cores, shards, forks, cpu_bound, serial, latency, wall, upper)
 
 
 def split_costs(row: Mapping[str, Any]) -> tuple[float, float]:
@@ -443,9 +445,22 @@ def report_stats(path: Path) -> dict[str, dict[str, int]]:
     return {h: {k: int(v) for k, v in c.items()} for h, c in data["stats"].items()}
 
 
+def play_phases(folder: Path) -> dict[str, str]:
+    """{play name: phase} of the phase playbooks (preflight.yml, host.yml, ...) in a folder."""
+    out: dict[str, str] = {}
+    for playbook in sorted(folder.glob("*.yml")):
+        plays = yaml.safe_load(playbook.read_text(encoding="utf-8"))
+        for play in plays if isinstance(plays, list) else []:
+            if isinstance(play, dict) and isinstance(play.get("name"), str):
+                out.setdefault(play["name"], playbook.stem)
+    return out
+
+
 def phase_tasks(report: Path) -> dict[str, int]:
-    """Task results per host and phase (the busiest host's), from the run's ansible-runner job events
-    (each event names its phase playbook: preflight.yml, host.yml, ...)."""
+    """Task results per host and phase (the busiest host's), from the run's ansible-runner job events.
+    An event names its play; the play's phase is the playbooks/<phase>.yml that holds a play of that
+    name (the event's playbook is the run's own, which imports the phases)."""
+    phases = play_phases(REPO / "playbooks")
     folder = Path(json.loads(report.read_text()).get("run_folder") or "")
     counts: dict[tuple[str, str], int] = {}
     for event in folder.glob("artifacts/*/job_events/*.json") if folder.is_dir() else []:
@@ -461,7 +476,8 @@ def phase_tasks(report: Path) -> dict[str, int]:
         }:
             continue
         info = data.get("event_data") or {}
-        key = (Path(str(info.get("playbook", "?"))).stem, str(info.get("host", "?")))
+        phase = phases.get(str(info.get("play")), Path(str(info.get("playbook", "?"))).stem)
+        key = (phase, str(info.get("host", "?")))
         counts[key] = counts.get(key, 0) + 1
     out: dict[str, int] = {}
     for (phase, _), n in counts.items():
@@ -647,10 +663,12 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
         for f in sorted({forks, 50})
     ]
     for p in projections:
-        print(f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks: "
-              f"{p.wall_s:.0f} s (start-up {cost.startup_s:.0f} s + the longest of: CPU over cores "
-              f"{p.cpu_bound_s:.0f} s, busiest process path {p.serial_bound_s:.0f} s, task rounds "
-              f"{p.latency_bound_s:.0f} s)")  # fmt: skip
+        print(
+            f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks: "
+            f"{p.wall_s:.0f}-{p.wall_upper_s:.0f} s (start-up {cost.startup_s:.0f} s; CPU over cores "
+            f"{p.cpu_bound_s:.0f} s, busiest process path {p.serial_bound_s:.0f} s, task rounds "
+            f"{p.latency_bound_s:.0f} s)"
+        )
     if out:
         payload = {"rows": rows, "cost": cost.__dict__, "projections": [p.__dict__ for p in projections]}
         out.write_text(json.dumps(payload, indent=2) + "\n")

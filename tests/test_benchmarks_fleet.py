@@ -257,6 +257,7 @@ def test_project_takes_the_longest_of_cpu_over_cores_the_busiest_process_and_the
     # 50 tasks in 10 rounds (one process, 10 forks) + 200 tasks in one round (16 x 10 forks)
     assert p.latency_bound_s == pytest.approx(0.02 * (50 * 10 + 200 * 1))
     assert p.wall_s == pytest.approx(3.0 + 14.0)
+    assert p.wall_upper_s == pytest.approx(3.0 + 7.0 + 14.0)  # path and rounds one after the other
     big = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=10)
     assert big.latency_bound_s == pytest.approx(0.02 * (50 * 100 + 200 * 7))  # ceil(1000 / 160) = 7
     assert big.wall_s == pytest.approx(3.0 + 128.0)
@@ -316,9 +317,16 @@ def test_phase_tasks_counts_results_per_phase_and_host_from_the_job_events(tmp_p
                ("host", "h2", "playbook_on_task_start"),
                ("verify", "h1", "runner_on_unreachable")]  # fmt: skip
     for n, (phase, host, event) in enumerate(results):
-        data = {"event": event, "event_data": {"playbook": f"/repo/playbooks/{phase}.yml", "host": host}}
+        play = {"preflight": "Preflight checks on every host", "host": "GPU host setup on GPU nodes"}.get(
+            phase
+        )
+        data = {
+            "event": event,
+            "event_data": {"playbook": "/run/project/run.yml", "play": play, "host": host},
+        }
         (events / f"{n}-x.json").write_text(json.dumps(data))
     (events / "broken.json").write_text("{")
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"run_folder": str(tmp_path / "run")}))
-    assert fleet.phase_tasks(report) == {"preflight": 2, "host": 2, "verify": 1}
+    # verify's play here has no name of playbooks/verify.yml: the event's playbook names it then
+    assert fleet.phase_tasks(report) == {"preflight": 2, "host": 2, "run": 1}
