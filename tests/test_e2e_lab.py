@@ -101,10 +101,22 @@ def _changed_tasks(proc: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(lines[-40:]) or _tail(proc)
 
 
+# The lab air-gapped (issue 25): GPUBRING_E2E_AIRGAP names a bundle folder (`gpubring bundle` of an
+# inventory of this lab's shape: apt/debian-bookworm and apt/debian-trixie), and `lab up --airgap` puts
+# the lab on an internal network with that bundle's mirror as its only source; every test then runs
+# air-gapped. Unset, the lab runs online, as the test command runs it this round: the bundle's apt part
+# (helper B's) and `gpubring bundle` landed during the round and a second lab does not fit the CI budget.
+AIRGAP = os.environ.get("GPUBRING_E2E_AIRGAP", "")
+AIRGAP_ONLY = pytest.mark.skipif(
+    not AIRGAP,
+    reason="the e2e lab runs online: set GPUBRING_E2E_AIRGAP=BUNDLE_DIR to run it air-gapped",
+)
+
+
 @pytest.fixture(scope="module")
 def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A running 3-node lab (control plane, GPU node, CPU node); `gpubring lab down` always runs
-    afterwards, whatever the tests did."""
+    """A running 3-node lab (control plane, GPU node, CPU node), air-gapped with GPUBRING_E2E_AIRGAP;
+    `gpubring lab down` always runs afterwards, whatever the tests did."""
     engine = subprocess.run(
         ["bash", str(REPO / "scripts" / "engine.sh")], capture_output=True, text=True, check=False
     )
@@ -113,8 +125,9 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("e2e-lab")
     inventory = base / "lab"
     try:
+        airgap = ("--airgap", AIRGAP) if AIRGAP else ()
         up = gpubring(
-            "lab", "up", *SHAPE, "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
+            "lab", "up", *SHAPE, *airgap, "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
         )  # fmt: skip
         assert up.returncode == 0, f"gpubring lab up failed:\n{_tail(up)}"
         yield inventory
@@ -168,8 +181,13 @@ def test_host_key_checking_is_on(lab_dir: Path) -> None:
     assert good.returncode == 0, good.stdout + good.stderr
     known = lab_dir / ".ssh" / "known_hosts"
     original = known.read_text()
-    ports = {n["name"]: n["port"] for n in json.loads((lab_dir / ".gpubring-lab.json").read_text())["nodes"]}
-    mine, other = f"[127.0.0.1]:{ports[node]} ", f"[127.0.0.1]:{ports[f'{PREFIX}-cp1']} "
+    nodes = json.loads((lab_dir / ".gpubring-lab.json").read_text())["nodes"]
+    # known_hosts names a node `[127.0.0.1]:PORT`, or an air-gapped one by its own address (port 22).
+    ends = {
+        n["name"]: n["address"] if n["port"] == 22 else f"[{n.get('address', '127.0.0.1')}]:{n['port']}"
+        for n in nodes
+    }
+    mine, other = f"{ends[node]} ", f"{ends[f'{PREFIX}-cp1']} "
     lines = original.splitlines()
     # gpu1's entries replaced by cp1's keys: the key gpu1 presents no longer matches.
     swapped = [ln for ln in lines if not ln.startswith(mine)]
@@ -181,6 +199,43 @@ def test_host_key_checking_is_on(lab_dir: Path) -> None:
         known.write_text(original)
     assert bad.returncode != 0
     assert "Host key verification failed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+
+
+def test_a_download_no_mirror_covers_fails_preflight_in_seconds(lab_dir: Path) -> None:
+    """The container toolkit owned by the host needs NVIDIA's repository, which neither the air-gapped
+    lab nor this machine reaches, and gpubring_apt_mirror is empty: the preflight phase fails on the GPU
+    node within seconds naming the download and the variable (not a timeout later in the host phase),
+    and changes nothing."""
+    started = time.monotonic()
+    run = gpubring(
+        "up", lab_dir, "--only", "preflight", "-e", "nvidia_container_toolkit_owner=host", timeout=300
+    )
+    seconds = time.monotonic() - started
+    out = " ".join((run.stdout + run.stderr).split())  # the summary wraps long lines
+    assert run.returncode != 0, _tail(run)
+    assert "download out of reach: https://nvidia.github.io/libnvidia-container/gpgkey" in out, _tail(run)
+    assert "set gpubring_apt_mirror to a mirror this host reaches" in out, _tail(run)
+    assert seconds < 120, seconds  # the whole preflight phase of three nodes; the check itself 5 s at most
+    assert "Traceback" not in out
+
+
+@AIRGAP_ONLY
+def test_an_airgapped_node_reaches_nothing_but_the_mirror(lab_dir: Path) -> None:
+    """From inside each node: apt's sources name only the lab's mirror, a TCP connection out fails, and
+    the mirror answers."""
+    mirror = f"http://{PREFIX}-mirror/apt/"
+    for node in sorted(NODES):
+        sources = on(
+            node, "grep -rhv '^#' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null || true"
+        )
+        lines = [ln for ln in sources.stdout.splitlines() if ln.strip()]
+        assert lines and all(mirror in ln for ln in lines), (node, lines)
+        out = on(node, "timeout 10 bash -c 'exec 3<>/dev/tcp/1.1.1.1/443' && echo OPEN || echo CLOSED")
+        assert out.stdout.strip() == "CLOSED", (node, out.stdout, out.stderr)
+        fetched = on(
+            node, f"python3 -c 'import urllib.request as u; print(u.urlopen(\"{mirror}\", timeout=5).status)'"
+        )
+        assert fetched.stdout.strip() == "200", (node, fetched.stdout, fetched.stderr)
 
 
 def test_check_mode_on_a_fresh_lab_fails_no_task(lab_dir: Path, tmp_path: Path) -> None:
