@@ -4,16 +4,26 @@ them with this machine's apt (gpubring.bundle.apt)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import http.server
+import os
 import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
-from gpubring import releases
-from gpubring.bundle import packages
+from gpubring import paths, releases
+from gpubring.bundle import apt, packages
+from gpubring.bundle.manifest import sha256_of
 from gpubring.inventory import load_inventory
-from helpers import REPO
+from helpers import REPO, closed_port
 
 SAMPLE = REPO / "inventories" / "prod"
 BOOKWORM = next(r for r in packages.RELEASES if r.key == "debian-bookworm")
@@ -51,20 +61,23 @@ def test_the_sample_installs_what_its_inventory_chooses() -> None:
     found = _sample()
     gpu_host = inv.groups["gpu_nodes"][0]
     pins = releases.host_variables(inv, gpu_host, ("nvidia_driver", "containerd", "nvidia_container_toolkit"))
-    driver, containerd = pins["nvidia_driver_version"], pins["containerd_version"]
+    version, containerd = pins["nvidia_driver_version"], pins["containerd_version"]
     toolkit = f"nvidia-container-toolkit={pins['nvidia_container_toolkit_version']}-*"
     assert set(_installs(found, "gpu_nodes", "nvidia_driver")) == {
         "linux-headers-amd64",
         "dkms",
-        f"nvidia-kernel-open-dkms={driver}-*",
-        f"nvidia-driver-cuda={driver}-*",
-        f"nvidia-persistenced={driver}-*",
-        f"nvidia-modprobe={driver}-*",
-        f"nvidia-driver-pinning-{driver.split('.')[0]}",
-        f"nvidia-fabricmanager={driver}-*",
+        f"nvidia-kernel-open-dkms={version}-*",
+        f"nvidia-driver-cuda={version}-*",
+        f"nvidia-persistenced={version}-*",
+        f"nvidia-modprobe={version}-*",
+        f"nvidia-driver-pinning-{version.split('.')[0]}",
+        f"nvidia-fabricmanager={version}-*",
     }
     (headers,) = [i for i in found.installs if "linux-headers-amd64" in i.packages]
     assert "running kernel is unknown offline" in headers.note
+    driver = [i for i in found.installs if i.where.endswith("Install the driver packages")]
+    assert driver and not any(i.recommends for i in driver)  # the task's install_recommends: false
+    assert headers.recommends
     assert toolkit in _installs(found, "gpu_nodes", "nvidia_container_toolkit")
     assert "rdma-core" in _installs(found, "gpu_nodes", "rdma")
     for group in ("control_plane", "gpu_nodes", "cpu_nodes"):
@@ -118,3 +131,137 @@ def test_the_lab_choices_change_the_packages(tmp_path: Path) -> None:
     assert _installs(found, "cpu_nodes", "containerd") == ["containerd"]
     assert "doca-ofed" in _installs(found, "gpu_nodes", "rdma")
     assert {s.role for s in found.sources} == {"kubernetes_packages", "rdma"}
+
+
+# -- the repository, built with this machine's apt (network: Debian's archive) -----------------------
+
+# apt's lists and archive cache of the tests: under ~/.cache/gpubring, so a rerun is warm.
+WORK = paths.cache_dir() / "test-bundle-apt"
+
+
+def _archive_or_skip() -> None:
+    if shutil.which("apt-get") is None or shutil.which("dpkg-scanpackages") is None:
+        pytest.skip("apt-get and dpkg-scanpackages (dpkg-dev) are needed to build an apt repository")
+    if apt._os_release() != ("debian", "bookworm"):
+        pytest.skip("the test reads this machine's apt sources of Debian bookworm")
+    sources = [s for s in apt.host_sources() if "bookworm" in s.suites]
+    if not sources:
+        pytest.skip("this machine has no apt source for bookworm")
+    error = apt._probe(sources[0].release_urls()[0], 5)
+    if error:
+        pytest.skip(f"Debian's archive is not reachable from here: {error}")
+
+
+def _consumer(folder: Path, line: str, status: Path) -> apt.AptRoot:
+    """A private apt root that reads only `line` (the bundle's repository), with the build's status."""
+    root = apt.AptRoot(folder, 10)
+    (root.path / "sources.list").write_text(line + "\n", encoding="utf-8")
+    shutil.copy(status, root.path / "status")
+    return root
+
+
+@contextlib.contextmanager
+def _served(folder: Path) -> Iterator[str]:
+    """The folder over HTTP on 127.0.0.1 (as `gpubring bundle serve` serves DIR), its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def _fields(packages_file: Path) -> dict[str, dict[str, str]]:
+    out = {}
+    for stanza in packages_file.read_text(encoding="utf-8").strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        out[fields["Package"]] = fields
+    return out
+
+
+def test_a_repository_apt_reads(tmp_path: Path) -> None:
+    """jq for bookworm: the repository holds jq and its dependencies but no Priority: required package
+    (libc6 comes with them), each .deb at apt's sha256; apt in a root that reads nothing else resolves and
+    downloads jq from it with [trusted=yes]. A package the archive lacks and an unreachable third-party
+    repository are listed with their real errors. A second run downloads nothing and signs with a key."""
+    _archive_or_skip()
+    bundle = tmp_path / "bundle"
+    closed = f"http://127.0.0.1:{closed_port()}/linux/debian"
+    third = {"docker": [apt.Source((closed,), ("bookworm",), ("stable",))]}
+    requests = {"test": ["jq", "gpubring-no-such-package"], "docker:test": ["containerd.io=1.7.0-*"]}
+    entries = apt.build_release(BOOKWORM, requests, bundle, work=WORK, third_party=third, timeout=5)
+
+    repo = bundle / "apt" / "debian-bookworm"
+    listed = _fields(repo / "Packages")
+    assert {"jq", "libjq1", "libonig5"} <= set(listed)
+    assert "libc6" not in listed
+    assert all(f.get("Priority") != "required" for f in listed.values())
+    fetched = {e.name: e for e in entries if e.kind == "apt" and e.status == "fetched"}
+    assert set(fetched) == set(listed)
+    for name, entry in fetched.items():
+        deb = bundle / str(entry.path)
+        assert sha256_of(deb) == entry.sha256 == listed[name]["SHA256"]
+        assert entry.size == deb.stat().st_size and entry.source.startswith("http")
+    missing = {e.name: e for e in entries if e.status == "missing"}
+    assert "Unable to locate package gpubring-no-such-package" in missing["gpubring-no-such-package"].reason
+    assert missing["docker"].kind == "apt-repo-missing" and "Connection refused" in missing["docker"].reason
+    assert missing["containerd.io"].source.startswith(closed)
+    assert "Unable to locate package containerd.io" in missing["containerd.io"].reason
+    assert "Connection refused" in missing["containerd.io"].reason
+    release = (repo / "Release").read_text(encoding="utf-8")
+    digest = hashlib.sha256((repo / "Packages.gz").read_bytes()).hexdigest()
+    assert f" {digest} {(repo / 'Packages.gz').stat().st_size} Packages.gz" in release
+
+    status = WORK / "debian-bookworm" / "status"
+    with _served(bundle) as base:
+        consumer = _consumer(
+            tmp_path / "consumer", f"deb [trusted=yes] {base}/apt/debian-bookworm ./", status
+        )
+        assert consumer.apt("apt-get", "update", "-q").returncode == 0
+        got = consumer.apt("apt-get", "install", "--download-only", "-y", "jq")
+    assert got.returncode == 0, got.stderr
+    downloaded = {p.name.split("_", 1)[0] for p in (consumer.path / "archives").glob("*.deb")}
+    assert {"jq", "libjq1", "libonig5"} <= downloaded <= set(listed)
+
+    # Again: apt's cache has every .deb (none downloaded again), and Release is signed with a key.
+    cached = {p: p.stat().st_mtime_ns for p in (WORK / "debian-bookworm" / "archives").glob("*.deb")}
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    subprocess.run(
+        [
+            "gpg",
+            "--batch",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "gpubring test",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    key = tmp_path / "site.gpg"
+    key.write_bytes(subprocess.run(["gpg", "--export"], env=env, check=True, capture_output=True).stdout)
+    os.environ["GNUPGHOME"] = str(home)
+    try:
+        again = apt.build_release(BOOKWORM, {"test": ["jq"]}, bundle, work=WORK, sign_key="gpubring test")
+    finally:
+        del os.environ["GNUPGHOME"]
+    assert {p: p.stat().st_mtime_ns for p in cached} == cached
+    assert {e.name for e in again if e.status == "fetched"} == set(listed)
+    assert (repo / "InRelease").is_file() and (repo / "Release.gpg").is_file()
+    signed = _consumer(tmp_path / "signed", f"deb [signed-by={key}] file://{repo} ./", status)
+    update = signed.apt("apt-get", "update", "-q")
+    assert update.returncode == 0 and not apt._errors(update.stderr, warnings=True), update.stderr

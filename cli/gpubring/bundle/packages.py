@@ -119,6 +119,7 @@ class Install:
     where: str
     packages: tuple[str, ...]
     note: str = ""
+    recommends: bool = True  # the task's install_recommends (apt's default: yes)
 
 
 @dataclass(frozen=True)
@@ -409,8 +410,19 @@ class _Walk:
                 name = self.release.headers_metapackage
             if name:
                 packages.append(name)
+        recommends = args.get("install_recommends")
+        if recommends is not None:
+            recommends = self._true(str(recommends), scope)
         self.out.installs.append(
-            Install(self.release.key, self.group, role, where, tuple(packages), "; ".join(notes))
+            Install(
+                self.release.key,
+                self.group,
+                role,
+                where,
+                tuple(packages),
+                "; ".join(notes),
+                recommends is not False,
+            )
         )
 
     def _source(self, role: str, task: Mapping[str, Any], scope: Mapping[str, Any]) -> str | None:
