@@ -136,12 +136,8 @@ def test_bad_folder_is_refused(tmp_path: Path) -> None:
 
 def test_command_stops_on_sigterm(bundle: Path) -> None:
     """The real command in its own process: it prints the variables, then SIGTERM ends it (exit 0)."""
-    code = (
-        "import sys, typer; from gpubring.commands.bundle_serve import serve_command;"
-        "app = typer.Typer(); app.command('serve')(serve_command); app.command('x')(lambda: None); app()"
-    )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "serve", str(bundle), "--port", "0", "-q"],
+        [sys.executable, "-m", "gpubring", "bundle", "serve", str(bundle), "--port", "0", "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None

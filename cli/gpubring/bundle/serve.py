@@ -207,7 +207,7 @@ def mirror_lines(root: Path, url: str, registry: str | None, registry_why: str =
     if registry:
         out.append(f"gpubring_registry_mirror: {registry}")
     else:
-        out.append(f"# gpubring_registry_mirror: not set: images are not served ({registry_why})")
+        out.append(f"# gpubring_registry_mirror: not set: images are not served: {registry_why}")
     return out
 
 
