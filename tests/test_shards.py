@@ -25,9 +25,12 @@ import pytest
 from rich.console import Console
 
 from gpubring import formats, view
+from gpubring.events import Event, HostCounts, HostResult, PlaybookStats, PlayStart, TaskStart
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.run import process, shards
+from gpubring.run.cancel import CancelFlag
+from gpubring.run.session import Session
 from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, closed_port
@@ -156,6 +159,8 @@ def _summary(result: RunResult) -> str:
     console = Console(record=True, width=200, file=io.StringIO())
     view.summary(console, result.report)
     text = re.sub(r"[0-9.]+ s\b", "N s", console.export_text())
+    # ansible's own words for an ssh refusal vary from run to run (connection refused, broken pipe).
+    text = re.sub(r"(UNREACHABLE [^\n]*\n)[^\n]*", r"\1    (ssh's message)", text)
     return "\n".join(line for line in text.splitlines() if not line.startswith("run folder:"))
 
 
@@ -191,6 +196,10 @@ def test_a_sharded_run_with_a_failing_and_an_unreachable_host_reports_what_one_p
     assert not parts[0] & parts[1] and parts[0] | parts[1] == set(HOSTS)
     assert all(part & set(GPU) for part in parts)
     assert jobs[f"{name}-2"] == "n1,n2,n4"
+    for index in (1, 2):  # each shard's own gpubring_serial comes last: no -e of the operator's beats it
+        argv = json.loads((two.run_folder / "artifacts" / f"{name}-1-{index}" / "command").read_text())
+        extra = [v for k, v in zip(argv["command"], argv["command"][1:], strict=False) if k == "-e"]
+        assert extra[-1].endswith(f"gpubring-shard-1-{index}.json"), argv["command"]
     assert any("host phase in 2 shards" in note for note in two.state.notices)
     # The GPU play's batches: each shard took its whole slice at once (serial 100%), as one process did.
     assert two.state.phases_started == one.state.phases_started == ["host", "verify"]
@@ -253,3 +262,33 @@ def test_sigterm_stops_every_shard(inventory: Path, tmp_path: Path) -> None:
     assert all(h["task"] == "Wait for the signal" for h in data["stopped_at"]["hosts"].values())
     assert len(list(folder.glob("artifacts/*-1-*"))) == 2  # two shards ran
     assert _left_running(marker, str(folder)) == []
+
+
+def test_merged_events_sum_the_counts_announce_each_play_once_and_list_failures_task_by_task(
+    inventory: Path,
+) -> None:
+    """Two shards' events, arriving interleaved: the later task's failure (shard b, n3) comes first,
+    yet the report lists n5's (an earlier task) first, as one process's linear strategy would."""
+    settings = RunSettings(inventory_root=inventory, hosts_file=inventory / "hosts.yml")
+    seen: list[Event] = []
+    main = Session(settings, inventory, (), {}, on_event=seen.append, cancel=CancelFlag())
+    merge = shards._Merge(main, order={h: i for i, h in enumerate(HOSTS)})
+    a = Session(settings, inventory, (), {}, on_event=None, cancel=main.cancel, ident="a")
+    b = Session(settings, inventory, (), {}, on_event=None, cancel=main.cancel, ident="b")
+    a.on_event, b.on_event = merge.forwarder(1, a), merge.forwarder(1, b)
+    for shard in (a, b):
+        shard.emit(PlayStart(name="Host setup on every node", pattern="all", phase="host"))
+    a.emit(TaskStart(host="n5", task="Reach the host"))
+    b.emit(TaskStart(host="n3", task="Reach the host"))
+    b.emit(HostResult(host="n3", task="Reach the host", status="ok"))
+    b.emit(TaskStart(host="n3", task="Fail where asked"))
+    b.emit(HostResult(host="n3", task="Fail where asked", status="failed", message="no"))
+    a.emit(HostResult(host="n5", task="Reach the host", status="unreachable", message="refused"))
+    a.emit(PlaybookStats(hosts={"n5": HostCounts(unreachable=1)}))
+    b.emit(PlaybookStats(hosts={"n3": HostCounts(ok=1, failed=1)}))
+    b.emit(PlaybookStats(hosts={"n3": HostCounts(ok=2)}))  # a later step of the run
+    merge.sort_failures()
+    assert [f.host for f in main.state.failures] == ["n5", "n3"]
+    assert main.state.host_counts() == {"n3": HostCounts(ok=3, failed=1), "n5": HostCounts(unreachable=1)}
+    assert sum(isinstance(e, PlayStart) for e in seen) == 1
+    assert merge.dead() == {"n3", "n5"}

@@ -39,7 +39,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpubring import runstore
-from gpubring.events import Cancelled, Event, HostCounts, Notice, PhasePlay, PlaybookStats, PlayStart
+from gpubring.events import (
+    Cancelled,
+    Event,
+    HostCounts,
+    HostResult,
+    Notice,
+    PhasePlay,
+    PlaybookStats,
+    PlayStart,
+    TaskStart,
+)
 from gpubring.run.folder import _write_yaml, cmdline, phase_playbooks, plays_of
 from gpubring.run.session import Session
 from gpubring.run.settings import RunSettings
@@ -210,12 +220,24 @@ class _Merge:
     lock: threading.Lock = field(default_factory=threading.Lock)
     counts: dict[str, HostCounts] = field(default_factory=dict)
     started: set[tuple[int, str, str]] = field(default_factory=set)
+    order: Mapping[str, int] = field(default_factory=dict)
+    # Where each failure (and ignored failure) happened: (step, the shard's task round, the host's place
+    # in the inventory), to list them as one process's linear strategy would, task by task.
+    where: dict[int, dict[int, tuple[int, int, int]]] = field(default_factory=lambda: {0: {}, 1: {}})
 
     def forwarder(self, segment: int, shard: Session) -> Callable[[Event], None]:
+        rounds = [0]
+        last: list[tuple[str, str, str]] = [("", "", "")]
+
         def forward(event: Event) -> None:
             with self.lock:
                 if isinstance(event, Cancelled):
                     return
+                if isinstance(event, TaskStart) and (shard.state.play, event.task, event.role) != last[0]:
+                    last[0] = (shard.state.play, event.task, event.role)
+                    rounds[0] += 1
+                lists = (self.main.state.failures, self.main.state.ignored)
+                before = [len(items) for items in lists]
                 if isinstance(event, PlayStart):
                     key = (segment, event.phase, event.name)
                     if key in self.started:
@@ -230,8 +252,21 @@ class _Merge:
                     # Events are folded under the phase and play of the shard that sent them.
                     self.main.state.phase, self.main.state.play = shard.state.phase, shard.state.play
                 self.main.emit(event)
+                if isinstance(event, HostResult):
+                    for kind, items in enumerate(lists):
+                        if len(items) > before[kind]:
+                            host_place = self.order.get(event.host, len(self.order))
+                            self.where[kind][len(items) - 1] = (segment, rounds[0], host_place)
 
         return forward
+
+    def sort_failures(self) -> None:
+        """The failures in the order one process would have listed them (`where`)."""
+        state = self.main.state
+        for kind, name in enumerate(("failures", "ignored")):
+            items = getattr(state, name)
+            keyed = sorted(range(len(items)), key=lambda i: self.where[kind].get(i, (0, 0, 0)))
+            setattr(state, name, [items[i] for i in keyed])
 
     def dead(self) -> set[str]:
         with self.lock:
@@ -270,7 +305,23 @@ def run(
 ) -> tuple[int | None, str]:
     """Run the plan's segments in order (module docstring); the combined exit status of
     ansible-playbook (the first that was not 0) and ansible-runner's status ("canceled" when cancelled)."""
-    merge = _Merge(main)
+    merge = _Merge(main, order={host: index for index, host in enumerate(the_plan.hosts)})
+    try:
+        return _segments(settings, folder, main, the_plan, merge, inventories=inventories, run_one=run_one)
+    finally:
+        merge.sort_failures()
+
+
+def _segments(
+    settings: RunSettings,
+    folder: Path,
+    main: Session,
+    the_plan: Plan,
+    merge: _Merge,
+    *,
+    inventories: Sequence[Path],
+    run_one: RunOne,
+) -> tuple[int | None, str]:
     combined: int | None = 0
     status = "successful"
     serial = _effective_serial(settings)
@@ -353,7 +404,7 @@ def _work(job: _Job, run_one: RunOne, playbook: Path, inventories: Sequence[Path
             inventories,
             ident=job.ident,
             limit=job.limit,
-            args=f"{extra} {args}".strip(),
+            args=f"{args} {extra}".strip(),  # last: the shard's serial wins over an -e gpubring_serial
         )
     except BaseException as exc:  # re-raised in the main thread
         job.error = exc
