@@ -265,3 +265,120 @@ def test_a_repository_apt_reads(tmp_path: Path) -> None:
     signed = _consumer(tmp_path / "signed", f"deb [signed-by={key}] file://{repo} ./", status)
     update = signed.apt("apt-get", "update", "-q")
     assert update.returncode == 0 and not apt._errors(update.stderr, warnings=True), update.stderr
+
+
+# -- without the network: this machine's kind of sources, and a local archive --------------------------
+
+DEB822 = """Types: deb
+URIs: http://ar.invalid/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /k/debian.gpg
+
+Types: deb
+URIs: http://ar.invalid/debian-security
+Suites: bookworm-security
+Components: main
+
+Types: deb
+URIs: https://no.invalid/node_20.x
+Suites: nodistro
+Components: main
+"""
+
+
+def test_the_sources_are_this_machines_rewritten_to_the_release() -> None:
+    """deb822 and one-line sources; the archive's suites move to the target codename (-updates and
+    -security too), the driver's components are added when it comes from Debian, a third-party source of
+    the machine is left out, and a release of another distribution has no archive."""
+    sources = apt.parse_sources(DEB822) + apt.parse_sources(
+        "# comment\ndeb-src http://ar.invalid/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://mi.invalid/debian bookworm-backports main contrib\n"
+    )
+    assert [s.suites for s in sources] == [
+        ("bookworm", "bookworm-updates"),
+        ("bookworm-security",),
+        ("nodistro",),
+        ("bookworm-backports",),
+    ]
+    assert sources[3].options == (("arch", "amd64"), ("signed-by", "/k.gpg"))
+    trixie = next(r for r in packages.RELEASES if r.key == "debian-trixie")
+    rewritten, why = apt.archive_sources(trixie, sources, ("debian", "bookworm"), driver_components=True)
+    assert not why
+    assert [line for s in rewritten for line in s.lines()] == [
+        "deb [signed-by=/k/debian.gpg] http://ar.invalid/debian "
+        "trixie main contrib non-free non-free-firmware",
+        "deb [signed-by=/k/debian.gpg] http://ar.invalid/debian "
+        "trixie-updates main contrib non-free non-free-firmware",
+        "deb http://ar.invalid/debian-security trixie-security main contrib non-free non-free-firmware",
+        "deb [arch=amd64 signed-by=/k.gpg] http://mi.invalid/debian trixie-backports main contrib "
+        "non-free non-free-firmware",
+    ]
+    plain, _ = apt.archive_sources(trixie, sources[:1], ("debian", "bookworm"), driver_components=False)
+    assert plain[0].components == ("main",)
+    noble = next(r for r in packages.RELEASES if r.key == "ubuntu-noble")
+    assert apt.archive_sources(noble, sources, ("debian", "bookworm"), False) == (
+        [],
+        "this machine's apt sources are debian bookworm's: no ubuntu archive to read",
+    )
+
+
+def _local_archive(root: Path) -> None:
+    """A Debian-style archive (dists/bookworm/main, pool/) of three small packages built with dpkg-deb:
+    a depends on b; c's .deb is listed but not there (a mirror missing a file)."""
+    pool = root / "pool"
+    pool.mkdir(parents=True)
+    for name, depends in (
+        ("gpubring-test-a", "gpubring-test-b"),
+        ("gpubring-test-b", ""),
+        ("gpubring-test-c", ""),
+    ):
+        src = root.parent / "src" / name
+        (src / "DEBIAN").mkdir(parents=True)
+        control = [
+            f"Package: {name}",
+            "Version: 1.0-1",
+            "Architecture: all",
+            "Maintainer: t <t@example.invalid>",
+        ]
+        control += [f"Depends: {depends}"] if depends else []
+        (src / "DEBIAN" / "control").write_text("\n".join([*control, "Description: a test package"]) + "\n")
+        deb = pool / f"{name}_1.0-1_all.deb"
+        subprocess.run(
+            ["dpkg-deb", "--root-owner-group", "--build", str(src), str(deb)], check=True, capture_output=True
+        )
+    index = subprocess.run(
+        ["dpkg-scanpackages", "pool", "/dev/null"], cwd=root, check=True, capture_output=True
+    ).stdout
+    binary = root / "dists" / "bookworm" / "main" / "binary-amd64"
+    binary.mkdir(parents=True)
+    (binary / "Packages").write_bytes(index)
+    (root / "dists" / "bookworm" / "Release").write_text(
+        "Suite: bookworm\nCodename: bookworm\nArchitectures: amd64 all\nComponents: main\nSHA256:\n"
+        f" {hashlib.sha256(index).hexdigest()} {len(index)} main/binary-amd64/Packages\n"
+    )
+    (pool / "gpubring-test-c_1.0-1_all.deb").unlink()
+
+
+def test_what_apt_cannot_find_or_fetch_is_listed(tmp_path: Path) -> None:
+    """From a local archive: a's closure (a, b) is fetched into the repository; c, whose .deb the archive
+    lacks, is listed missing with apt's 404; an unknown package with apt's 'Unable to locate'."""
+    if shutil.which("apt-get") is None or shutil.which("dpkg-scanpackages") is None:
+        pytest.skip("apt-get and dpkg-scanpackages (dpkg-dev) are needed to build an apt repository")
+    _local_archive(tmp_path / "mirror" / "debian")
+    bundle = tmp_path / "bundle"
+    with _served(tmp_path / "mirror") as base:
+        source = apt.Source((f"{base}/debian",), ("bookworm",), ("main",), (("trusted", "yes"),))
+        requests = {"t": ["gpubring-test-a", "gpubring-test-c", "gpubring-test-nope"]}
+        entries = apt.build_release(
+            BOOKWORM, requests, bundle, work=tmp_path / "work", sources=[source], host=("debian", "bookworm")
+        )
+    by_name = {e.name: e for e in entries}
+    assert {n for n, e in by_name.items() if e.status == "fetched"} == {"gpubring-test-a", "gpubring-test-b"}
+    assert by_name["gpubring-test-a"].source == f"{base}/debian/pool/gpubring-test-a_1.0-1_all.deb"
+    assert "404" in by_name["gpubring-test-c"].reason and by_name["gpubring-test-c"].status == "missing"
+    assert "Unable to locate package gpubring-test-nope" in by_name["gpubring-test-nope"].reason
+    assert set(_fields(bundle / "apt" / "debian-bookworm" / "Packages")) == {
+        "gpubring-test-a",
+        "gpubring-test-b",
+    }

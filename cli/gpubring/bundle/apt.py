@@ -517,20 +517,25 @@ def _status(root: AptRoot) -> int:
     return root.mark_required_installed()
 
 
-def _download(root: AptRoot, closure: Sequence[tuple[str, str]], release: pkgs.OSRelease) -> None:
+def _download(root: AptRoot, closure: Sequence[tuple[str, str]]) -> list[str]:
+    """apt-get install --download-only of the closure into apt's cache; apt's errors (a .deb it could
+    not fetch: the others are in the cache all the same)."""
     if not closure:
-        return
+        return []
     done = root.apt("apt-get", "install", "--download-only", "-y", "-q", *(f"{n}={v}" for n, v in closure))
-    if done.returncode != 0:
-        why = "; ".join(_errors(done.stderr)) or done.stderr.strip()
-        raise AptError(f"apt-get install --download-only for {release.key}: {why}")
+    return [] if done.returncode == 0 else _errors(done.stderr, warnings=True) or [done.stderr.strip()]
 
 
 def _publish(
-    root: AptRoot, uris: Mapping[str, tuple[str, str, int, str]], repo: Path, folder: Path
+    root: AptRoot,
+    uris: Mapping[str, tuple[str, str, int, str]],
+    repo: Path,
+    folder: Path,
+    errors: Sequence[str],
 ) -> list[Entry]:
     """The downloaded .debs linked (or copied) from apt's cache into the repository, checked against
-    apt's sha256; the repository's other .debs (an earlier build's) removed."""
+    apt's sha256; the repository's other .debs (an earlier build's) removed. A .deb apt could not fetch
+    is listed missing with apt's error about it."""
     repo.mkdir(parents=True, exist_ok=True)
     for stale in repo.glob("*.deb"):
         if stale.name not in uris:
@@ -538,6 +543,12 @@ def _publish(
     entries = []
     for filename, (url, name, size, sha) in sorted(uris.items()):
         cached, target = root.path / "archives" / filename, repo / filename
+        version = urllib.parse.unquote(filename.split("_")[1]) if filename.count("_") >= 2 else ""
+        entry = Entry("apt", name, version, url)
+        if not cached.is_file() and not (target.is_file() and target.stat().st_size == size):
+            own = [e for e in errors if url in e or filename in e]
+            entries.append(entry.missing("; ".join(own or errors) or "apt did not download it"))
+            continue
         if not (target.is_file() and target.stat().st_size == size):
             target.unlink(missing_ok=True)
             try:
@@ -545,8 +556,6 @@ def _publish(
             except OSError:
                 shutil.copy2(cached, target)
         digest = sha256_of(target)
-        version = urllib.parse.unquote(filename.split("_")[1]) if filename.count("_") >= 2 else ""
-        entry = Entry("apt", name, version, url)
         if sha and digest != sha:
             target.unlink()
             entries.append(entry.missing(f"sha256 {digest} of the download is not apt's {sha}"))
@@ -593,7 +602,8 @@ def build_release(
     changed = root.set_sources([*archive, *reachable])
     say(f"apt {release.key}: package lists of {'; '.join(_source_url(s) for s in [*archive, *reachable])}")
     update_errors = root.update(force=changed)
-    if not _status(root):
+    _status(root)
+    if not any((root.path / "lists").glob("*_Packages*")):
         reason = "; ".join(update_errors) or "apt found no package lists"
         return entries + [
             Entry("apt", _name(r), r.partition("=")[2], release.key).missing(reason) for r in wanted
@@ -607,9 +617,9 @@ def build_release(
         say(f"apt {release.key}: {label}: {len(found)} packages with dependencies, {len(refused)} missing")
     uris = _uris(root, sorted(closure))
     say(f"apt {release.key}: downloading what apt's cache lacks of {len(closure)} packages")
-    _download(root, sorted(closure), release)
+    fetch_errors = _download(root, sorted(closure))
     repo = folder / APT_DIR / release.key
-    entries += _publish(root, uris, repo, folder)
+    entries += _publish(root, uris, repo, folder, fetch_errors)
     _write_index(repo, release, sign_key)
     archive_where = "; ".join(_source_url(s) for s in archive)
     for request, (label, reason) in sorted(missing.items()):
