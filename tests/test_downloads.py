@@ -233,3 +233,44 @@ def test_every_download_has_its_entry_in_the_bundle() -> None:
             assert entry.path == f"charts/{d.name}-{d.version}.tgz", entry
     kinds = {p.entry.kind for p in bundle.plan_entries(downloads())}
     assert kinds == {"file", "apt-source", "apt-repo", "chart", "image"}
+
+
+def test_plan_shows_where_each_download_comes_from() -> None:
+    """`gpubring plan --downloads` (planning.render_downloads over downloads.document): every download
+    with its source, the mirror variable that serves it when set, and which to set when not."""
+    import io
+
+    from rich.console import Console
+
+    from gpubring import planning
+
+    def shown(values: dict[str, str]) -> tuple[list[dict[str, Any]], str]:
+        docs = scan.document(downloads(), values)
+        out = io.StringIO()
+        planning.render_downloads(docs, Console(file=out, width=400, force_terminal=False))
+        return docs, out.getvalue()
+
+    mirrored, text = shown(MIRRORS)
+    assert len(mirrored) == len({(d.kind, d.upstream, d.source) for d in downloads()})
+    for doc in mirrored:
+        assert doc["via"] == "mirror", doc
+        assert doc["variable"] in doc["from"], doc
+        if doc["kind"] != "image":
+            assert doc["from"].startswith(MIRRORS[doc["variable"]]), doc
+    assert "an air-gapped site sets" not in text
+    helm = next(d for d in mirrored if d["upstream"].startswith("https://get.helm.sh/"))
+    assert any(
+        line.split()[:2] == ["file", helm["upstream"]]
+        and line.endswith(f"{helm['source']} (gpubring_binary_mirror)")
+        for line in text.splitlines()
+    ), text
+
+    upstream, text = shown(dict.fromkeys(MIRRORS, ""))
+    assert {d["via"] for d in upstream} == {"upstream"}
+    assert "Downloads: where each comes from:" in text
+    assert text.rstrip().endswith(
+        "an air-gapped site sets gpubring_apt_mirror, gpubring_binary_mirror, gpubring_chart_mirror, "
+        "gpubring_registry_mirror (gpubring bundle builds what they serve)"
+    )
+    image = next(d for d in upstream if d["kind"] == "image" and d["upstream"].startswith("nvcr.io/"))
+    assert image["from"] == "nvcr.io (upstream; gpubring_registry_mirror unset)"

@@ -295,6 +295,32 @@ def render_versions(inv: Inventory, pinned: Mapping[str, Any], console: Console)
     _table(console, "Compatibility rules", ["verdict", "rule", "detail"], rules)
 
 
+def plan_downloads(inv: Inventory) -> list[dict[str, Any]]:
+    """Every download of a run on this inventory and where it comes from (gpubring.downloads: upstream,
+    or the mirror variable that covers it). Raises gpubring.releases.ReleaseRenderError."""
+    from gpubring import downloads
+
+    return downloads.document(downloads.scan(inv), inv.settings)
+
+
+def render_downloads(found: Sequence[Mapping[str, Any]], console: Console) -> None:
+    rows = [
+        [
+            str(d["kind"]),
+            f"{d['name']} {d['version']}" if d["kind"] == "chart" else str(d["upstream"]),
+            str(d["from"]),
+        ]
+        for d in found
+    ]
+    _table(console, "Downloads: where each comes from", ["kind", "download", "from"], rows)
+    upstream = sorted({str(d["variable"]) for d in found if d["via"] == "upstream"})
+    if upstream:
+        _say(
+            console,
+            f"  an air-gapped site sets {', '.join(upstream)} (gpubring bundle builds what they serve)",
+        )
+
+
 def render_plan(plan: Plan, console: Console) -> None:
     inv = plan.inv
     counts = ", ".join(

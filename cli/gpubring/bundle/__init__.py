@@ -20,7 +20,6 @@ whose file still matches the manifest's sha256, and resumes a file an interrupte
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["BundleError", "Output", "Planned", "Result", "build", "check_folder", "plan", "plan_entries"]
 
 FILE_KINDS = ("file", "apt-source")
+APT_KINDS = ("apt", "apt-repo-missing")  # gpubring.bundle.apt's entries
 APT_REPO_REASON = (
     "an apt repository the roles add: the bundle's apt part mirrors the packages a run installs from it"
 )
@@ -256,7 +256,14 @@ def _image_entry(ref: str) -> Entry:
     return Entry("image", ref, version, ref, path=f"images/{images.file_name(ref)}")
 
 
-def build(inv: Inventory, folder: Path, out: Output, *, charts_dir: Path | None = None) -> Result:
+def build(
+    inv: Inventory,
+    folder: Path,
+    out: Output,
+    *,
+    charts_dir: Path | None = None,
+    sign_key: str | None = None,
+) -> Result:
     """Build (or resume) the bundle of `inv` in `folder` (see the module's docstring). BundleError for
     bad input, before anything is fetched; gpubring.releases.ReleaseRenderError when the roles cannot be
     rendered for this inventory."""
@@ -295,7 +302,7 @@ def build(inv: Inventory, folder: Path, out: Output, *, charts_dir: Path | None 
     manifest.put(saved, ("image",))
     manifest.write(folder)
 
-    _apt_part(inv, folder, manifest, result, out)
+    _apt_part(inv, result, out, sign_key)
     hauler.write(folder, manifest.entries)
     return result
 
@@ -312,18 +319,20 @@ def _chart_image_refs(inv: Inventory, chart_dir: Path, result: Result) -> list[s
     return refs
 
 
-def _apt_part(inv: Inventory, folder: Path, manifest: Manifest, result: Result, out: Output) -> None:
-    """The apt repositories per OS release (gpubring.bundle.apt, when that part is installed)."""
+def _apt_part(inv: Inventory, result: Result, out: Output, sign_key: str | None) -> None:
+    """The apt repositories per OS release (gpubring.bundle.apt's build: kinds apt and apt-repo-missing),
+    when that part is installed; its entries replace the earlier run's of the same kinds."""
     import importlib.util
 
     if importlib.util.find_spec("gpubring.bundle.apt") is None:
-        result.notes.append("apt packages: not part of this build (gpubring.bundle.apt is not there)")
+        result.notes.append("apt packages: not part of this build (gpubring.bundle.apt is not installed)")
         return
     from gpubring.bundle import apt
 
-    apt_build: Callable[..., object] | None = getattr(apt, "build", None)
-    if apt_build is None:
-        result.notes.append("apt packages: gpubring.bundle.apt has no build()")
+    try:
+        entries = apt.build(inv, result.folder, sign_key=sign_key, progress=out.say)
+    except apt.AptError as exc:
+        result.notes.append(f"apt packages: not built ({exc})")
         return
-    del inv, folder, manifest, out  # integration point: see the round's report
-    os.environ.get("GPUBRING_BUNDLE_APT", "")
+    result.manifest.put(entries, APT_KINDS)
+    result.manifest.write(result.folder)

@@ -48,6 +48,17 @@ ChartsDir = Annotated[
 ]
 
 
+SignKey = Annotated[
+    str | None,
+    typer.Option(
+        "--sign-key",
+        metavar="KEYID",
+        help="Sign the apt repositories' Release with this gpg key "
+        "(default: unsigned, read with [trusted=yes]).",
+    ),
+]
+
+
 def _fail(message: str) -> None:
     from gpubring.exitcodes import ExitCode
 
@@ -56,7 +67,9 @@ def _fail(message: str) -> None:
 
 
 @app.command("build")
-def build(inventory: InventoryArg, folder: BundleDir, charts: ChartsDir = None) -> None:
+def build(
+    inventory: InventoryArg, folder: BundleDir, charts: ChartsDir = None, sign_key: SignKey = None
+) -> None:
     """Fetch what an offline site needs for INVENTORY into DIR: the files the roles download
     (DIR/files, as gpubring_binary_mirror serves them), the Helm charts at their pins (DIR/charts, a Helm
     repository), the container images (DIR/images, with skopeo, crane or ctr when one is on PATH), the
@@ -84,7 +97,7 @@ def build(inventory: InventoryArg, folder: BundleDir, charts: ChartsDir = None) 
         console.print(text, markup=False)
 
     try:
-        result = bundle.build(inv, folder, bundle.Output(say, console), charts_dir=charts)
+        result = bundle.build(inv, folder, bundle.Output(say, console), charts_dir=charts, sign_key=sign_key)
     except bundle.BundleError as exc:
         _fail(str(exc))
         raise

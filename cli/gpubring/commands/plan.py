@@ -34,6 +34,14 @@ ManifestsOut = Annotated[
         "(charts rendered offline by Helm's engine from local charts; needs gpubring[render]).",
     ),
 ]
+DownloadsFlag = Annotated[
+    bool,
+    typer.Option(
+        "--downloads",
+        help="Also show every download of a run (apt sources, files, charts, images) and where it "
+        "comes from: upstream, or the mirror variable that covers it (JSON: `downloads`).",
+    ),
+]
 ChartsDir = Annotated[
     Path | None,
     typer.Option(
@@ -56,6 +64,7 @@ def command(
     json_out: JsonOut = None,
     manifests: ManifestsOut = None,
     charts: ChartsDir = None,
+    downloads: DownloadsFlag = False,
 ) -> None:
     """Validate the inventory, then show the phases with their roles and hosts, the effective
     versions with every compatibility rule, and the Helm releases. Touches no host.
@@ -95,17 +104,34 @@ def command(
     console = Console()
     from gpubring import support  # support windows of the pins (issue 22)
 
+    found = _downloads(inv) if downloads else None
     if json_out is not None:
         document = planning.plan_document(plan)
         document["support"] = support.document(inv.versions)
+        if found is not None:
+            document["downloads"] = found
         planning.write_json(document, json_out, console)
     if json_out != "-":
         planning.render_plan(plan, console)
         for line in support.lines(inv.versions):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if found is not None:
+            planning.render_downloads(found, console)
     if manifests is not None:
         result = _write_manifests(inv, manifests, charts)
         _show(result, console if json_out != "-" else Console(stderr=True))
+
+
+def _downloads(inv: Inventory) -> list[dict[str, object]]:
+    from gpubring import planning
+    from gpubring.commands._common import exit_with
+    from gpubring.releases import ReleaseRenderError
+    from gpubring.yamlfile import Problem
+
+    try:
+        return planning.plan_downloads(inv)
+    except ReleaseRenderError as exc:
+        exit_with([Problem(exc.where, "downloads", exc.message)])
 
 
 def _write_manifests(inv: Inventory, folder: Path, charts: Path | None) -> ManifestsResult:
