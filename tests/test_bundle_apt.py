@@ -362,18 +362,32 @@ def _local_archive(root: Path) -> None:
 
 def test_what_apt_cannot_find_or_fetch_is_listed(tmp_path: Path) -> None:
     """From a local archive: a's closure (a, b) is fetched into the repository; c, whose .deb the archive
-    lacks, is listed missing with apt's 404; an unknown package with apt's 'Unable to locate'."""
+    lacks, is listed missing with apt's 404; an unknown package with apt's 'Unable to locate'; a source
+    whose lists apt cannot fetch with apt's error."""
     if shutil.which("apt-get") is None or shutil.which("dpkg-scanpackages") is None:
         pytest.skip("apt-get and dpkg-scanpackages (dpkg-dev) are needed to build an apt repository")
     _local_archive(tmp_path / "mirror" / "debian")
     bundle = tmp_path / "bundle"
     with _served(tmp_path / "mirror") as base:
         source = apt.Source((f"{base}/debian",), ("bookworm",), ("main",), (("trusted", "yes"),))
+        # Another host name: apt's http method gives up on a whole host after one refused connection.
+        gone = apt.Source((f"http://localhost:{closed_port()}/debian",), ("bookworm-updates",), ("main",))
         requests = {"t": ["gpubring-test-a", "gpubring-test-c", "gpubring-test-nope"]}
         entries = apt.build_release(
-            BOOKWORM, requests, bundle, work=tmp_path / "work", sources=[source], host=("debian", "bookworm")
+            BOOKWORM,
+            requests,
+            bundle,
+            work=tmp_path / "work",
+            sources=[source, gone],
+            host=("debian", "bookworm"),
         )
     by_name = {e.name: e for e in entries}
+    lists = by_name["package lists"]
+    assert (
+        lists.kind == "apt-repo-missing"
+        and "Failed to fetch" in lists.reason
+        and gone.uris[0] in lists.reason
+    )
     assert {n for n, e in by_name.items() if e.status == "fetched"} == {"gpubring-test-a", "gpubring-test-b"}
     assert by_name["gpubring-test-a"].source == f"{base}/debian/pool/gpubring-test-a_1.0-1_all.deb"
     assert "404" in by_name["gpubring-test-c"].reason and by_name["gpubring-test-c"].status == "missing"

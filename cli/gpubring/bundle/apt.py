@@ -276,7 +276,7 @@ class AptRoot:
             return []
         done = self.apt("apt-get", "update", "-q")
         errors = _errors(done.stderr, warnings=True)
-        if done.returncode == 0:
+        if done.returncode == 0 and not any("Failed to fetch" in e or e.startswith("Err:") for e in errors):
             stamp.touch()
         return errors or ([done.stderr.strip()] if done.returncode else [])
 
@@ -602,6 +602,12 @@ def build_release(
     changed = root.set_sources([*archive, *reachable])
     say(f"apt {release.key}: package lists of {'; '.join(_source_url(s) for s in [*archive, *reachable])}")
     update_errors = root.update(force=changed)
+    failed = [e for e in update_errors if "Failed to fetch" in e or e.startswith(("E:", "Err:"))]
+    if failed:  # a source whose lists apt could not fetch: what its lists held before (if any) is used
+        where = "; ".join(_source_url(s) for s in archive)
+        entries.append(
+            Entry("apt-repo-missing", "package lists", release.key, where).missing("; ".join(failed))
+        )
     _status(root)
     if not any((root.path / "lists").glob("*_Packages*")):
         reason = "; ".join(update_errors) or "apt found no package lists"
