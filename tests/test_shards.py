@@ -33,7 +33,7 @@ from gpubring.run.cancel import CancelFlag
 from gpubring.run.session import Session
 from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
-from helpers import DATA, closed_port
+from helpers import DATA, closed_port, inventory_problems
 
 SHARDS = DATA / "shards"
 PHASES = SHARDS / "phases"
@@ -95,7 +95,14 @@ def test_shard_count_auto_is_the_cores_and_never_more_than_the_hosts() -> None:
     with pytest.raises(shards.ShardsError, match="gpubring_shards: expected 'auto' or an integer >= 1"):
         shards.shard_count("many", 3)
     assert formats.check("shards", "auto") is None and formats.check("shards", 4) is None
-    assert formats.check("shards", 0) and formats.check("shards", "2")
+    assert formats.check("shards", 0) and formats.check("shards", "many")
+
+
+def test_a_bad_gpubring_shards_is_refused_with_the_file_and_key(inventory: Path) -> None:
+    (inventory / "group_vars" / "all.yml").write_text("---\ngpubring_shards: many\n")
+    assert inventory_problems(inventory) == [
+        "group_vars/all.yml: gpubring_shards: expected 'auto' or an integer >= 1, got 'many'"
+    ]
 
 
 def test_the_plan_shards_only_the_host_phase(inventory: Path) -> None:

@@ -152,7 +152,7 @@ def _serial(value: Any) -> str | None:
 
 
 def _shards(value: Any) -> str | None:
-    if value == "auto" or (_is_int(value) and value >= 1):
+    if value == "auto" or (_is_int(value) and value >= 1) or (str(value).isdigit() and int(value) >= 1):
         return None
     return f"'auto' or an integer >= 1, got {value!r}"
 
