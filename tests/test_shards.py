@@ -39,6 +39,7 @@ SHARDS = DATA / "shards"
 PHASES = SHARDS / "phases"
 HOSTS = ("n1", "n2", "n3", "n4", "n5")
 GPU = ("n2", "n3", "n4")
+SECRET = "S3cr3t-shard-token"
 
 
 @pytest.fixture
@@ -181,7 +182,10 @@ def test_a_sharded_run_with_a_failing_and_an_unreachable_host_reports_what_one_p
         f"---\nansible_connection: ssh\nansible_port: {closed_port()}\n"
     )
     one = _run(inventory, 1, fail_host="n3")
-    two = _run(inventory, 2, fail_host="n3")
+    two = _run(inventory, 2, fail_host="n3", operator_token=SECRET)
+    for path in two.run_folder.rglob("*"):  # -e files removed, artifacts scrubbed, in every shard
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+    assert not list(two.run_folder.glob("vars/extra-vars-*"))
     assert one.exit_code == two.exit_code == ExitCode.UNREACHABLE
     assert _summary(two) == _summary(one)
     assert "UNREACHABLE n5: Reach the host" in _summary(two)
