@@ -9,6 +9,7 @@ import os
 import re
 from typing import Any
 
+import yaml
 from ansible.plugins.action import ActionBase
 from ansible.template import Templar, trust_as_template
 
@@ -28,6 +29,17 @@ URL = re.compile(r"(?:https?|oci)://[^\s\"'<>]+")
 # Hosts a role calls that are the cluster itself, not a download.
 LOCAL = ("127.0.0.1", "localhost", "::1", "[::1]")
 PHASE_PLAYBOOK = "{phase}.yml"
+
+
+def _trusted(value: Any) -> Any:
+    """Values read from the collection's own files, templatable as Ansible's loader makes them."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
 
 
 def _short(key: str) -> str:
@@ -67,6 +79,18 @@ def host_in(pattern: str, host: str, groups: dict[str, list[str]]) -> bool:
     return host in chosen
 
 
+# Words without which a task file downloads nothing (a plain text test, before any YAML is read).
+_DOWNLOAD_WORDS = re.compile(r"\b(get_url|uri|deb822_repository|apt_repository|deb):|sources\.list\.d")
+
+
+def _may_download(path: str) -> bool:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return _DOWNLOAD_WORDS.search(handle.read()) is not None
+    except OSError:
+        return False
+
+
 def _cluster_local(url: str) -> bool:
     host = re.sub(r"^[a-z]+://", "", url).split("/", 1)[0].rsplit(":", 1)[0]
     return host in LOCAL or host.endswith((".svc", ".cluster.local"))
@@ -94,8 +118,14 @@ class ActionModule(ActionBase):
 
     # -- what this run downloads on this host -----------------------------------------------------
 
-    def _load(self, path: str) -> Any:
-        return self._loader.load_from_file(path, trusted_as_template=True) if os.path.isfile(path) else None
+    @staticmethod
+    def _load(path: str) -> Any:
+        """A YAML file of the collection as plain data (libyaml: Ansible's own loader costs ten times as
+        much, and only the variables read from it need to be templates, `_trusted`)."""
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8") as handle:
+            return yaml.load(handle, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
     def _templar_for(self, variables: dict[str, Any]) -> Templar:
         return Templar(loader=self._loader, variables=variables)
@@ -155,7 +185,15 @@ class ActionModule(ActionBase):
                 os_vars = found
                 break
         main_vars = self._load(os.path.join(path, "vars", "main.yml")) or {}
-        return {**defaults, **task_vars, **main_vars, **os_vars, "role_path": path, "ansible_managed": ""}
+        mine = _trusted(defaults)
+        return {
+            **mine,
+            **task_vars,
+            **_trusted(main_vars),
+            **_trusted(os_vars),
+            "role_path": path,
+            "ansible_managed": "",
+        }
 
     def _role_downloads(
         self,
@@ -165,15 +203,19 @@ class ActionModule(ActionBase):
         downloads: list[dict[str, str]],
         skipped: list[dict[str, str]],
     ) -> None:
-        variables = self._role_variables(role, task_vars)
         tasks_dir = os.path.join(ROOT, "roles", role, "tasks")
+        files = [os.path.join(base, name) for base, _, names in os.walk(tasks_dir) for name in sorted(names)]
+        if not any(_may_download(path) for path in files):
+            return  # most roles download nothing: no YAML read, nothing rendered
+        variables = self._role_variables(role, task_vars)
         set_facts: dict[str, Any] = {}
-        for base, _, files in os.walk(tasks_dir):
-            for name in sorted(files):
-                for task in self._walk(self._load(os.path.join(base, name)) or [], []):
-                    for key in ("ansible.builtin.set_fact", "set_fact"):
-                        if isinstance(task[0].get(key), dict):
-                            set_facts.update({k: v for k, v in task[0][key].items() if k != "cacheable"})
+        for path in files:
+            for task in self._walk(self._load(path) or [], []):
+                for key in ("ansible.builtin.set_fact", "set_fact"):
+                    if isinstance(task[0].get(key), dict):
+                        set_facts.update(
+                            {k: _trusted(v) for k, v in task[0][key].items() if k != "cacheable"}
+                        )
         variables = {**variables, **set_facts}
         self._file(
             role=role,
@@ -215,7 +257,7 @@ class ActionModule(ActionBase):
             if "block" in task:
                 continue
             where = f"roles/{role}/tasks/{name}: {task.get('name', '')}".rstrip(": ")
-            scope = {**variables, **(task.get("vars") or {})}
+            scope = {**variables, **_trusted(task.get("vars") or {})}
             templar = self._templar_for(scope)
             for key, args in task.items():
                 module = _short(str(key))
