@@ -328,7 +328,9 @@ def _segments(
     for number, segment in enumerate(the_plan.segments, start=1):
         dead = merge.dead()
         alive = [h for h in the_plan.hosts if h not in dead]
-        if not alive or main.cancel.is_set():
+        if main.cancel.is_set():  # between two steps: what is left does not run, the run is cancelled
+            return combined, "canceled"
+        if not alive:
             break
         playbook = _segment_playbook(settings, folder, number, segment.phases)
         plays = [
