@@ -204,7 +204,9 @@ class ActionModule(ActionBase):
         skipped: list[dict[str, str]],
     ) -> None:
         tasks_dir = os.path.join(ROOT, "roles", role, "tasks")
-        files = [os.path.join(base, name) for base, _, names in os.walk(tasks_dir) for name in sorted(names)]
+        files = [
+            os.path.join(base, name) for base, _dirs, names in os.walk(tasks_dir) for name in sorted(names)
+        ]
         if not any(_may_download(path) for path in files):
             return  # most roles download nothing: no YAML read, nothing rendered
         variables = self._role_variables(role, task_vars)

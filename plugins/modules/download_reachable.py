@@ -99,7 +99,7 @@ def _connect(host, port, timeout, result):
         result["error"] = "name not resolved (%s)" % (err.strerror or err)
         return
     last = "no address"
-    for family, kind, proto, _, address in addresses:
+    for family, kind, proto, _canonname, address in addresses:
         try:
             with socket.socket(family, kind, proto) as sock:
                 sock.settimeout(timeout)
@@ -161,7 +161,9 @@ def main():
         for item in unreachable
     ]
     if unreachable:
-        head = f"{len(unreachable)} of {len(downloads)} downloads of this run are out of reach from this host:"
+        head = (
+            f"{len(unreachable)} of {len(downloads)} downloads of this run are out of reach from this host:"
+        )
         module.fail_json(
             msg="\n".join([head, *problems]), checked=checked, out_of_reach=unreachable, problems=problems
         )
