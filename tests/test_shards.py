@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ PHASES = SHARDS / "phases"
 HOSTS = ("n1", "n2", "n3", "n4", "n5")
 GPU = ("n2", "n3", "n4")
 SECRET = "S3cr3t-shard-token"
+HOST_PLAYS = ("Host setup on every node", "GPU host setup on GPU nodes", "Reboot the hosts that need it")
 
 
 @pytest.fixture
@@ -303,3 +305,67 @@ def test_merged_events_sum_the_counts_announce_each_play_once_and_list_failures_
     assert main.state.host_counts() == {"n3": HostCounts(ok=3, failed=1), "n5": HostCounts(unreachable=1)}
     assert sum(isinstance(e, PlayStart) for e in seen) == 1
     assert merge.dead() == {"n3", "n5"}
+
+
+def _fake_steps(
+    inventory: Path, outcome: Callable[[Session, str], tuple[int | None, str]]
+) -> tuple[tuple[int | None, str], list[str]]:
+    """shards.run over preflight, host (2 shards), verify with `outcome` standing in for each
+    ansible-playbook; the idents of the processes it started, in order."""
+    inv = load_inventory(inventory, check_rules=False)
+    settings = RunSettings(
+        inventory_root=inventory,
+        hosts_file=inventory / "hosts.yml",
+        phases=("preflight", "host", "verify"),
+        playbooks_dir=PHASES,
+        serial="100%",
+        options=RunOptions(shards=2),
+    )
+    the_plan = shards.plan(settings, inv)
+    assert the_plan is not None
+    folder = inventory / "run"
+    folder.mkdir(exist_ok=True)
+    main = Session(settings, folder, (), {}, on_event=None, cancel=CancelFlag())
+    started: list[str] = []
+
+    def run_one(session: Session, playbook: Path, inventories: object, **kw: str) -> tuple[int | None, str]:
+        started.append(kw["ident"])
+        return outcome(session, kw["ident"])
+
+    result = shards.run(settings, folder, main, the_plan, inventories=[], run_one=run_one)
+    return result, started
+
+
+def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: Path) -> None:
+    def cancel_in_the_host_phase(session: Session, ident: str) -> tuple[int | None, str]:
+        if ident.startswith("run-2"):
+            session.cancel.set("test")  # as a signal landing just as the host phase ends
+        return 0, "successful"
+
+    (rc, status), started = _fake_steps(inventory, cancel_in_the_host_phase)
+    assert (status, started) == ("canceled", ["run-1", "run-2-1", "run-2-2"])  # verify never started
+
+    def error_in_preflight(session: Session, ident: str) -> tuple[int | None, str]:
+        return 1, "failed"  # ansible-playbook's rc 1: an error, not a host's failure
+
+    root2 = tmp_path / "second"
+    shutil.copytree(inventory, root2)
+    (rc, status), started = _fake_steps(root2, error_in_preflight)
+    assert (rc, started) == (1, ["run-1"])
+
+    def a_shard_stops_early(session: Session, ident: str) -> tuple[int | None, str]:
+        if ident == "run-2-1":  # its playbook ended in its first play (a whole batch failed)
+            session.emit(PlayStart(name="Host setup on every node", pattern="all", phase="host"))
+            return 2, "failed"
+        for play in (
+            "Host setup on every node",
+            "GPU host setup on GPU nodes",
+            "Reboot the hosts that need it",
+        ):
+            session.emit(PlayStart(name=play, pattern="all", phase="host"))
+        return 0, "successful"
+
+    root3 = tmp_path / "third"
+    shutil.copytree(inventory, root3)
+    (rc, status), started = _fake_steps(root3, a_shard_stops_early)
+    assert (rc, started) == (2, ["run-1", "run-2-1", "run-2-2"])
