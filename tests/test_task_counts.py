@@ -1,0 +1,224 @@
+"""Less work per host (issue 26 item 1): what a run schedules on a converged host.
+
+Facts are read once per run: no play of playbooks/ gathers facts itself (Ansible's implicit gathering
+was a full read per play: four per lab GPU node in a `gpubring up`, six with the cluster phase); each
+play that needs them imports playbooks/tasks/facts_once.yml first, and a real ansible-playbook run of
+several such plays reads them once, fresh, whatever an earlier run left in the fact cache.
+
+Work that does not apply to a host is one skipped include, not a skipped task per step: the verify role's
+cluster smoke tests on a host whose control plane has no cluster yet (the lab, a first run, check mode:
+about 90 skipped tasks before), and preflight's wait for a busy package manager when it is free (three
+skipped tasks at the start of every play that installs packages). A real run of each on this machine
+counts what it scheduled.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers import REPO, collection_env
+
+PLAYBOOKS = REPO / "playbooks"
+FACTS_ONCE = PLAYBOOKS / "tasks" / "facts_once.yml"
+FACTS_TASK = "Read the host's facts once per run"
+
+
+def _plays() -> list[tuple[str, dict[str, Any]]]:
+    """Every play (not import_playbook) of every playbook under playbooks/, with its file name."""
+    found = []
+    for path in sorted(PLAYBOOKS.glob("*.yml")):
+        for play in yaml.safe_load(path.read_text()) or []:
+            if "ansible.builtin.import_playbook" not in play:
+                found.append((path.name, play))
+    return found
+
+
+def _imports_facts_once(play: dict[str, Any]) -> bool:
+    first = (play.get("pre_tasks") or [{}])[0]
+    return bool(first.get("ansible.builtin.import_tasks") == "tasks/facts_once.yml")
+
+
+# The playbooks whose plays reach the same host one after another in one run. (upgrade.yml's gathering
+# plays are disjoint: the first control plane, the others, the workers; each host's facts are read once.)
+CHAINED = ("preflight.yml", "host.yml", "cluster.yml", "platform.yml", "verify.yml", "node_add.yml")
+
+
+def test_no_play_of_a_run_reads_the_facts_again() -> None:
+    gathering = [
+        f"{name}: {play['name']}"
+        for name, play in _plays()
+        if name in CHAINED and play.get("gather_facts", True)
+    ]
+    assert gathering == [], (
+        "plays that read every host's facts again (use tasks/facts_once.yml):\n" + "\n".join(gathering)
+    )
+
+
+@pytest.mark.parametrize(
+    ("playbook", "play"),
+    [
+        ("preflight.yml", "Preflight checks on every host"),
+        ("host.yml", "Host setup on every node"),
+        ("host.yml", "GPU host setup on GPU nodes"),
+        ("cluster.yml", "Kubernetes packages on every node"),
+        ("cluster.yml", "Control plane"),
+        ("cluster.yml", "Workers join"),
+        ("verify.yml", "Accept the GPU nodes"),
+        ("node_add.yml", "Kubernetes packages on the new nodes"),
+    ],
+)
+def test_plays_that_read_facts_import_facts_once_first(playbook: str, play: str) -> None:
+    """The plays whose roles read ansible_facts (OS, addresses, the GPU facts) get them first thing,
+    tagged always as Ansible's own gathering is (a --tags run still has them)."""
+    plays = {p["name"]: p for name, p in _plays() if name == playbook}
+    assert _imports_facts_once(plays[play]), plays[play].get("pre_tasks")
+    assert "always" in plays[play]["pre_tasks"][0]["tags"]
+
+
+def _run_json(playbook: Path, cache: Path) -> dict[str, Any]:
+    """ansible-playbook with gpubring's gathering settings (implicit, a jsonfile fact cache that never
+    expires), its result as ansible.posix.json's document."""
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_GATHERING="implicit",
+        ANSIBLE_CACHE_PLUGIN="jsonfile",
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache),
+        ANSIBLE_CACHE_PLUGIN_TIMEOUT="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="false",
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(playbook)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return dict(json.loads(done.stdout))
+
+
+def _facts_reads(result: dict[str, Any]) -> list[str]:
+    """Per play, what the facts task did on localhost: 'read' or 'skipped'."""
+    seen = []
+    for play in result["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"] == FACTS_TASK:
+                host = task["hosts"]["localhost"]
+                seen.append("skipped" if host.get("skipped") else "read")
+    return seen
+
+
+def test_a_run_of_several_plays_reads_the_facts_once_and_fresh(tmp_path: Path) -> None:
+    """Three plays import facts_once.yml: the first reads the facts, the others reuse them (the last
+    still sees ansible_facts). A second run reads them again although the first run's facts are in the
+    fact cache (cached facts are an earlier run's, not this one's)."""
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "pre_tasks": [{"name": "Facts", "ansible.builtin.import_tasks": str(FACTS_ONCE), "tags": ["always"]}],
+    }
+    check = {
+        "name": "The facts are there",
+        "ansible.builtin.assert": {
+            "that": ["ansible_facts.os_family | length > 0", "ansible_facts.date_time | length > 0"]
+        },
+    }
+    playbook = tmp_path / "plays.yml"
+    playbook.write_text(
+        yaml.safe_dump(
+            [{**play, "name": "one"}, {**play, "name": "two"}, {**play, "name": "three", "tasks": [check]}]
+        )
+    )
+    cache = tmp_path / "facts"
+    first = _run_json(playbook, cache)
+    assert _facts_reads(first) == ["read", "skipped", "skipped"]
+    assert first["stats"]["localhost"]["failures"] == 0
+    assert any(cache.iterdir()), "the run wrote no fact cache (the second run proves nothing)"
+    second = _run_json(playbook, cache)
+    assert _facts_reads(second) == ["read", "skipped", "skipped"]
+
+
+def test_facts_once_is_a_plain_tasks_file() -> None:
+    """ansible-lint and the playbooks read it as a tasks file: one setup task, nothing else."""
+    tasks = yaml.safe_load(FACTS_ONCE.read_text())
+    assert [t["name"] for t in tasks] == [FACTS_TASK]
+    assert "ansible.builtin.setup" in tasks[0]
+
+
+def _results(result: dict[str, Any], play: str) -> dict[str, str]:
+    """Task name -> what it did on localhost ('ok', 'skipped', 'failed'), for one play of a json result."""
+    seen = {}
+    for item in next(p for p in result["plays"] if p["play"]["name"] == play)["tasks"]:
+        host = item["hosts"]["localhost"]
+        name = item["task"]["name"].split(" : ", 1)[-1]  # without the "gpubring.core.ROLE : " prefix
+        seen[name] = "failed" if host.get("failed") else "skipped" if host.get("skipped") else "ok"
+    return seen
+
+
+def test_gated_work_is_one_skipped_include(tmp_path: Path) -> None:
+    """verify's cluster tests with a control plane that has no kubeconfig, and preflight's package-manager
+    wait on a free package manager: each schedules a handful of tasks, the skipped work one include."""
+    role_play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "vars": {"ansible_python_interpreter": sys.executable},
+    }
+    plays = [
+        {
+            **role_play,
+            "name": "verify cluster",
+            "tasks": [
+                {
+                    "name": "The cluster smoke tests",
+                    "ansible.builtin.include_role": {"name": "gpubring.core.verify", "tasks_from": "cluster"},
+                    "vars": {
+                        "verify_control_plane": "localhost",
+                        "verify_kubeconfig": str(tmp_path / "none.conf"),
+                    },
+                }
+            ],
+        },
+        {
+            **role_play,
+            "name": "package lock",
+            "tasks": [
+                {
+                    "name": "The package-manager wait",
+                    "ansible.builtin.include_role": {
+                        "name": "gpubring.core.preflight",
+                        "tasks_from": "package_lock",
+                    },
+                    "vars": {
+                        "preflight_package_lock_paths": [str(tmp_path / "free.lock")],
+                        "preflight_package_busy_commands": [],
+                        "ansible_facts": {"os_family": "Debian"},
+                    },
+                }
+            ],
+        },
+    ]
+    (tmp_path / "free.lock").write_text("")
+    playbook = tmp_path / "gated.yml"
+    playbook.write_text(yaml.safe_dump(plays))
+    result = _run_json(playbook, tmp_path / "facts")
+
+    verify = _results(result, "verify cluster")
+    assert verify.get("Run the smoke tests") == "skipped", verify
+    assert verify.get("Say that there is no cluster to test yet") == "ok", verify
+    assert "Plan the smoke tests" not in verify and "Pick the GPU nodes to test" not in verify
+    assert len(verify) <= 6, verify  # ~90 task results before (every smoke-test step skipped one by one)
+
+    lock = _results(result, "package lock")
+    assert lock.get("Find who holds the package manager's locks") == "ok", lock
+    assert lock.get("Wait for the package manager") == "skipped", lock
+    assert "Say who holds it" not in lock and "Stop when the package manager stayed busy" not in lock
+    assert len(lock) <= 4, lock  # with the include_role and its argument check; 6 before
