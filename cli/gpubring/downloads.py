@@ -159,7 +159,9 @@ def _tasks(data: Any, scope: Mapping[str, Any]) -> Iterator[tuple[Mapping[str, A
             yield from _tasks(task.get(section), own)
 
 
+@cache
 def _load(path: Path) -> Any:
+    """A role file's YAML, read once per process (read-only here: callers copy what they keep)."""
     return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 

@@ -68,7 +68,8 @@ def _planned(d: downloads.Download) -> Planned:
     if d.kind == "apt" and not d.repository:
         return _file_entry(d, "apt", "apt-source")
     if d.kind == "apt":
-        return Planned(Entry("apt-repo", d.name, d.version, d.upstream, reason=APT_REPO_REASON))
+        name = d.upstream.split("://", 1)[-1].rstrip("/")  # host and path: a repository has no file name
+        return Planned(Entry("apt-repo", name, d.version, d.upstream, reason=APT_REPO_REASON))
     if d.kind == "chart":
         local = d.source.removeprefix("file ") if d.source.startswith("file ") else ""
         entry = Entry("chart", d.name, d.version, d.upstream, path=f"charts/{d.name}-{d.version}.tgz")

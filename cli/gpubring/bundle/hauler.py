@@ -1,5 +1,5 @@
 """DIR/hauler-manifest.yaml: the bundle's lists as Hauler content, so a site that uses Hauler can sync them
-(`hauler store sync --files hauler-manifest.yaml`).
+(`hauler store sync --files hauler-manifest.yaml`: hauler-dev/hauler internal/flags/sync.go).
 
 Hauler's content API (hauler-dev/hauler pkg/apis/hauler.cattle.io/v1: image.go, chart.go, file.go;
 group content.hauler.cattle.io, version v1) has one kind per list: Images (spec.images[].name, a
