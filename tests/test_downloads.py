@@ -24,6 +24,7 @@ sources.list, which a site mirrors with its own apt configuration) -- gpubring a
 from __future__ import annotations
 
 import functools
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -274,3 +275,27 @@ def test_plan_shows_where_each_download_comes_from() -> None:
     )
     image = next(d for d in upstream if d["kind"] == "image" and d["upstream"].startswith("nvcr.io/"))
     assert image["from"] == "nvcr.io (upstream; gpubring_registry_mirror unset)"
+
+
+def test_the_bundle_lists_the_images_of_the_rendered_charts() -> None:
+    """The images a chart pulls by its own defaults come from the chart rendered by Helm's engine with the
+    release's values (gpubring.bundle.images.chart_images, as the bundle calls it): MetalLB 0.16.1's."""
+    pytest.importorskip("helm_python", reason="helm-python-sdk renders the charts: pip install -e '.[test]'")
+    upstream = os.environ.get("GPUBRING_UPSTREAM_DIR")
+    if not upstream:
+        pytest.skip("GPUBRING_UPSTREAM_DIR is not set (the upstream charts)")
+    from gpubring.bundle import images
+
+    (metallb,) = [r for r in _releases() if r.name == "metallb"]
+    refs, problems = images.chart_images(_inventory(ALL_ON), [metallb], Path(upstream) / "charts")
+    assert problems == []
+    assert {"quay.io/metallb/controller:v0.16.1", "quay.io/metallb/speaker:v0.16.1"} <= set(refs), refs
+    missing = bundle._save_image(
+        bundle._image_entry(refs[0]),
+        Path("/nonexistent"),
+        None,
+        ("", images.usable("")),
+        bundle.Output(print),
+    )
+    assert (missing.status, missing.path) == ("missing", None)
+    assert missing.reason == f"{refs[0]}: no image tool here (skopeo, crane, ctr: none on PATH)"
