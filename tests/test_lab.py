@@ -841,3 +841,19 @@ def test_an_airgapped_lab_stays_airgapped_when_grown(tmp_path: Path, monkeypatch
     result = CliRunner().invoke(lab_command.app, ["up", "--inventory-dir", str(inv), "--nodes", "2"])
     assert result.exit_code == 0, result.output
     assert seen[0].airgap == bundle
+
+
+def test_lab_status_says_airgapped_and_each_nodes_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inv = tmp_path / "lab"
+    inv.mkdir()
+    (inv / lab.MARKER).write_text(json.dumps({"prefix": PREFIX, "airgap": "/srv/bundle"}))
+    row = lab.LabStatus(f"{PREFIX}-cp1", "control_plane", "running", 22, True, "172.30.0.3")
+    monkeypatch.setattr(lab, "status", lambda prefix, inventory_dir: [row])
+    monkeypatch.setattr(lab, "mirror_state", lambda prefix: f"{prefix}-mirror (running)")
+    result = CliRunner().invoke(lab_command.app, ["status", "--inventory-dir", str(inv)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert f"air-gapped: {PREFIX}-mirror (running) serves /srv/bundle" in text, result.output
+    assert "172.30.0.3:22" in text and "answers" in text, result.output
