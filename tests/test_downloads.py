@@ -24,6 +24,7 @@ sources.list, which a site mirrors with its own apt configuration) -- gpubring a
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import tomllib
@@ -299,3 +300,38 @@ def test_the_bundle_lists_the_images_of_the_rendered_charts() -> None:
     )
     assert (missing.status, missing.path) == ("missing", None)
     assert missing.reason == f"{refs[0]}: no image tool here (skopeo, crane, ctr: none on PATH)"
+
+
+def test_gpubring_plan_downloads_shows_upstream_and_mirror(tmp_path: Path) -> None:
+    """The command: `gpubring plan INVENTORY --downloads --json FILE` on the sample with one mirror set
+    (gpubring_binary_mirror): its files come from the mirror, the rest upstream, in the human output
+    and in the JSON's `downloads`."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from gpubring.app import app
+
+    inventory = tmp_path / "prod"
+    shutil.copytree(SAMPLE, inventory)
+    mirror = "http://bundle.site.invalid:8080/files"
+    mirrors = inventory / "group_vars/all/mirrors.yml"  # the sample's mirror settings, all empty
+    text = mirrors.read_text(encoding="utf-8")
+    assert 'gpubring_binary_mirror: ""' in text
+    mirrors.write_text(
+        text.replace('gpubring_binary_mirror: ""', f"gpubring_binary_mirror: {mirror}"), encoding="utf-8"
+    )
+    result = CliRunner().invoke(
+        app, ["plan", str(inventory), "--downloads", "--json", str(tmp_path / "p.json")]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "p.json").read_text(encoding="utf-8"))
+    files = [d for d in doc["downloads"] if d["kind"] == "file"]
+    assert files and all(d["via"] == "mirror" and d["source"].startswith(mirror + "/") for d in files)
+    assert {d["via"] for d in doc["downloads"] if d["kind"] != "file"} == {"upstream"}
+    helm = next(d for d in files if d["name"].startswith("helm-v"))
+    assert f"{mirror}/{helm['name']} (gpubring_binary_mirror)" in result.stdout
+    assert "Downloads: where each comes from" in result.stdout
+    assert "an air-gapped site sets gpubring_apt_mirror, gpubring_chart_mirror, gpubring_registry_mirror" in (
+        result.stdout
+    )
