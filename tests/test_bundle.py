@@ -276,3 +276,25 @@ def test_bad_input_is_one_line_before_anything(case: str, verb: list[str], tmp_p
     else:
         assert result.stderr.startswith(expected) and len(result.stderr.splitlines()) == 1
     assert not (tmp_path / "bundle" / "manifest.json").exists()
+
+
+def test_an_image_archive_says_how_skopeo_reads_it(tmp_path: Path) -> None:
+    """skopeo's and ctr's archives hold an OCI layout (oci-archive), crane's a docker-save manifest."""
+    from gpubring.bundle import images
+
+    def archive(name: str, members: list[str]) -> Path:
+        path = tmp_path / name
+        with tarfile.open(path, "w") as tar:
+            for member in members:
+                data = tmp_path / "m"
+                data.write_text("{}", encoding="utf-8")
+                tar.add(data, arcname=member)
+        return path
+
+    assert (
+        images.transport(archive("ctr.tar", ["oci-layout", "index.json", "manifest.json"])) == "oci-archive"
+    )
+    assert images.transport(archive("crane.tar", ["manifest.json", "sha256:abc"])) == "docker-archive"
+    assert images.transport(archive("other.tar", ["x"])) == ""
+    assert images.transport(tmp_path / "none.tar") == ""
+    assert images.file_name("rayproject/ray:2.52.0") == "docker.io_rayproject_ray_2.52.0.tar"

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from gpubring.inventory import Inventory
     from gpubring.releases import Release
 
-__all__ = ["TOOLS", "ImageError", "chart_images", "file_name", "normalized", "save", "tool"]
+__all__ = ["TOOLS", "ImageError", "chart_images", "file_name", "normalized", "save", "tool", "transport"]
 
 TOOLS = ("skopeo", "crane", "ctr")
 CTR_NAMESPACE = "gpubring-bundle"
@@ -133,6 +133,23 @@ def save(ref: str, dest: Path, which: str) -> None:
         os.replace(tmp, dest)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def transport(archive: Path) -> str:
+    """How skopeo reads an archive of DIR/images: "oci-archive" when it holds an OCI image layout (the
+    `oci-layout` file: skopeo's and ctr's archives), "docker-archive" when only a docker-save
+    manifest.json (crane's tarball); "" when it is neither. Its reference is the manifest entry's
+    `source` (the file name is not reversible)."""
+    import tarfile
+
+    try:
+        with tarfile.open(archive) as tar:
+            names = {m.name.removeprefix("./") for m in tar.getmembers()}
+    except (OSError, tarfile.TarError):
+        return ""
+    if "oci-layout" in names:
+        return "oci-archive"
+    return "docker-archive" if "manifest.json" in names else ""
 
 
 def unique(refs: Iterable[str]) -> list[str]:
