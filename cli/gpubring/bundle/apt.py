@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -216,7 +217,8 @@ class AptRoot:
     def __post_init__(self) -> None:
         for sub in ("lists/partial", "archives/partial", "sources.list.d", "preferences.d"):
             (self.path / sub).mkdir(parents=True, exist_ok=True)
-        (self.path / "status").touch()
+        if not (self.path / "status").exists():  # touched only once: its mtime keys resolved.json
+            (self.path / "status").touch()
         conf = [
             f'Dir::State "{self.path}";',
             'Dir::State::lists "lists";',
@@ -398,6 +400,45 @@ def _resolve(
     return [], missing
 
 
+def _resolve_all(
+    root: AptRoot, requests: Mapping[str, Sequence[str]], no_recommends: Collection[str]
+) -> tuple[set[tuple[str, str]], dict[str, tuple[str, str]]]:
+    """Every label's closure (each distinct request set resolved once) and the requests apt refuses
+    (request -> (label, apt's error)). Kept in the root (resolved.json) with what it was resolved from
+    (the sources, the lists, the status, the requests): a run on unchanged lists reuses it."""
+    stamp = root.path / "lists" / ".gpubring-updated"
+    labels = {label: (sorted(set(rs)), label not in no_recommends) for label, rs in sorted(requests.items())}
+    key = json.dumps(
+        [
+            (root.path / "sources.list").read_text(encoding="utf-8"),
+            stamp.stat().st_mtime_ns if stamp.is_file() else None,
+            (root.path / "status").stat().st_mtime_ns,
+            labels,
+        ]
+    )
+    saved = root.path / "resolved.json"
+    if stamp.is_file() and saved.is_file():
+        data = json.loads(saved.read_text(encoding="utf-8"))
+        if data.get("key") == key:
+            return {(n, v) for n, v in data["closure"]}, {
+                r: (lb, e) for r, (lb, e) in data["missing"].items()
+            }
+    closure: set[tuple[str, str]] = set()
+    missing: dict[str, tuple[str, str]] = {}
+    done: dict[str, tuple[list[tuple[str, str]], dict[str, str]]] = {}
+    for label, (wanted, recommends) in labels.items():
+        same = json.dumps([wanted, recommends])
+        if same not in done:
+            done[same] = _resolve(root, wanted, recommends)
+        found, refused = done[same]
+        closure.update(found)
+        missing.update({r: (label, e) for r, e in refused.items()})
+    saved.write_text(
+        json.dumps({"key": key, "closure": sorted(closure), "missing": missing}, indent=0), encoding="utf-8"
+    )
+    return closure, missing
+
+
 def _uris(root: AptRoot, closure: Sequence[tuple[str, str]]) -> dict[str, tuple[str, str, int, str]]:
     """name -> (URL, file name, size, sha256) of each package apt downloads, as apt reports them."""
     if not closure:
@@ -422,17 +463,25 @@ def _write_index(repo: Path, release: pkgs.OSRelease, sign_key: str | None) -> N
         raise AptError(
             "dpkg-scanpackages is not installed (package dpkg-dev): it writes the repository's index"
         )
-    done = subprocess.run(
-        ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "LC_ALL": "C"},
-    )
-    if done.returncode != 0:
-        raise AptError(f"dpkg-scanpackages in {repo}: {done.stderr.strip()}")
-    index = done.stdout.encode()
+    # dpkg-scanpackages reads every .deb: an index of the same files (name, size, mtime) is kept.
+    listing = json.dumps(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in repo.glob("*.deb")))
+    seen = repo.parent.parent / WORK_DIR / APT_DIR / f"{repo.name}.index"
+    if (repo / "Packages").is_file() and seen.is_file() and seen.read_text(encoding="utf-8") == listing:
+        index = (repo / "Packages").read_bytes()
+    else:
+        done = subprocess.run(
+            ["dpkg-scanpackages", "--multiversion", ".", "/dev/null"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+        if done.returncode != 0:
+            raise AptError(f"dpkg-scanpackages in {repo}: {done.stderr.strip()}")
+        index = done.stdout.encode()
+        seen.parent.mkdir(parents=True, exist_ok=True)
+        seen.write_text(listing, encoding="utf-8")
     (repo / "Packages").write_bytes(index)
     (repo / "Packages.gz").write_bytes(gzip.compress(index, mtime=0))
     sums = {"MD5Sum": hashlib.md5, "SHA256": hashlib.sha256}
@@ -614,13 +663,8 @@ def build_release(
         return entries + [
             Entry("apt", _name(r), r.partition("=")[2], release.key).missing(reason) for r in wanted
         ]
-    closure: set[tuple[str, str]] = set()
-    missing: dict[str, tuple[str, str]] = {}  # request -> (label, apt's error)
-    for label, group_requests in sorted(requests.items()):
-        found, refused = _resolve(root, sorted(set(group_requests)), label not in no_recommends)
-        closure.update(found)
-        missing.update({r: (label, e) for r, e in refused.items()})
-        say(f"apt {release.key}: {label}: {len(found)} packages with dependencies, {len(refused)} missing")
+    closure, missing = _resolve_all(root, requests, no_recommends)
+    say(f"apt {release.key}: {len(closure)} packages with their dependencies, {len(missing)} missing")
     uris = _uris(root, sorted(closure))
     say(f"apt {release.key}: downloading what apt's cache lacks of {len(closure)} packages")
     fetch_errors = _download(root, sorted(closure))
