@@ -142,6 +142,8 @@ WORK = paths.cache_dir() / "test-bundle-apt"
 def _archive_or_skip() -> None:
     if shutil.which("apt-get") is None or shutil.which("dpkg-scanpackages") is None:
         pytest.skip("apt-get and dpkg-scanpackages (dpkg-dev) are needed to build an apt repository")
+    if shutil.which("gpg") is None:
+        pytest.skip("gpg is needed to sign the repository")
     if apt._os_release() != ("debian", "bookworm"):
         pytest.skip("the test reads this machine's apt sources of Debian bookworm")
     sources = [s for s in apt.host_sources() if "bookworm" in s.suites]
