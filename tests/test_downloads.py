@@ -335,3 +335,25 @@ def test_gpubring_plan_downloads_shows_upstream_and_mirror(tmp_path: Path) -> No
     assert "an air-gapped site sets gpubring_apt_mirror, gpubring_chart_mirror, gpubring_registry_mirror" in (
         result.stdout
     )
+
+
+def test_each_os_release_has_its_own_downloads_under_the_mirror() -> None:
+    """The bundle lists the apt sources and files of every OS release it carries: each role's OS vars
+    are the first found of <distribution>-<major>, <distribution>, <os_family> as the roles load them,
+    so an Ubuntu host (whose roles fall back to Debian.yml) renders too (before, only
+    vars/<distribution>.yml was read and Ubuntu's sources failed on an undefined keyring folder)."""
+    noble = {
+        **scan.FACTS,
+        "distribution": "Ubuntu",
+        "distribution_release": "noble",
+        "distribution_major_version": "24",
+        "distribution_version": "24.04",
+    }
+    found = scan.url_downloads(_inventory(SAMPLE), MIRRORS, noble)
+    upstream = {d.upstream for d in found}
+    assert "https://download.docker.com/linux/ubuntu" in upstream
+    assert "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/" in upstream
+    for d in found:
+        _covered(d)
+    planned = {p.entry.path for p in bundle.plan_entries(found)}
+    assert "apt/compute/cuda/repos/ubuntu2404/x86_64/cuda-keyring_1.1-1_all.deb" in planned

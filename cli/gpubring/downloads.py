@@ -54,6 +54,7 @@ __all__ = [
     "registry",
     "scan",
     "task_downloads",
+    "url_downloads",
 ]
 
 # The mirror variable (settings.yml) that covers each kind of download.
@@ -166,11 +167,18 @@ def _load(path: Path) -> Any:
 
 
 def _role_facts(role: str, facts: Mapping[str, Any]) -> dict[str, Any]:
-    """What a role sets for itself before it downloads: its vars/<distribution>.yml (include_vars by OS)
-    and the set_fact arguments of its tasks (raw expressions, rendered with the rest)."""
+    """What a role sets for itself before it downloads: its OS vars file, the first found of
+    <distribution>-<major>.yml, <distribution>.yml, <os_family>.yml (the roles' own first_found order,
+    e.g. roles/kubernetes_packages/tasks/vars.yml), and the set_fact arguments of its tasks (raw
+    expressions, rendered with the rest)."""
     out: dict[str, Any] = {}
-    os_vars = _roles() / role / "vars" / f"{facts['distribution']}.yml"
-    if os_vars.is_file():
+    names = (
+        f"{facts['distribution']}-{facts['distribution_major_version']}.yml",
+        f"{facts['distribution']}.yml",
+        f"{facts['os_family']}.yml",
+    )
+    os_vars = next((f for n in names if (f := _roles() / role / "vars" / n).is_file()), None)
+    if os_vars is not None:
         out.update(_load(os_vars) or {})
     for path in sorted((_roles() / role / "tasks").glob("**/*.yml")):
         for task, _ in _tasks(_load(path), {}):
@@ -240,6 +248,12 @@ def _local(url: str, inv: Inventory) -> bool:
         or host in addresses
         or host.endswith((".svc", ".cluster.local"))
     )
+
+
+def url_downloads(inv: Inventory, overrides: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Download]:
+    """The apt sources and files of the roles' tasks and apt source templates, for a host with `facts`
+    (scan's first part; the bundle asks it for each OS release it carries)."""
+    return _url_downloads(inv, overrides, facts)
 
 
 def _url_downloads(inv: Inventory, overrides: Mapping[str, Any], facts: Mapping[str, Any]) -> list[Download]:

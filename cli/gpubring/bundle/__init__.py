@@ -89,9 +89,21 @@ def plan_entries(found: Sequence[downloads.Download]) -> list[Planned]:
     return list(out.values())
 
 
-def plan(inv: Inventory) -> list[Planned]:
-    """plan_entries of the inventory's downloads (gpubring.downloads.scan, its planned releases)."""
-    return plan_entries(downloads.scan(inv, downloads.PROBE_MIRRORS))
+def plan(inv: Inventory, notes: list[str] | None = None) -> list[Planned]:
+    """plan_entries of the inventory's downloads (gpubring.downloads.scan, its planned releases), the
+    apt sources and files of every OS release the bundle carries included (a repository's URL names its
+    release: debian12, debian13). A release whose expressions do not render is said in `notes`."""
+    from gpubring.bundle import packages
+    from gpubring.releases import ReleaseRenderError
+
+    found = list(downloads.scan(inv, downloads.PROBE_MIRRORS))
+    for release in packages.target_releases(inv):
+        try:
+            found.extend(downloads.url_downloads(inv, downloads.PROBE_MIRRORS, release.facts()))
+        except ReleaseRenderError as exc:
+            if notes is not None:
+                notes.append(f"files and apt sources of {release.key}: not listed ({exc})")
+    return plan_entries(found)
 
 
 # -- output -------------------------------------------------------------------------------------------
@@ -279,7 +291,7 @@ def build(
     if previous is not None:
         manifest.entries = list(previous.entries)
     result = Result(folder, manifest)
-    planned = plan(inv)
+    planned = plan(inv, result.notes)
     manifest.write(folder)
 
     files = [p for p in planned if p.entry.kind in FILE_KINDS]
