@@ -3,7 +3,11 @@ helpers, ansible_playbook among them, are in helpers.py)."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
+import pickle
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +16,43 @@ from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
 from gpubring.inventory import Inventory
+from gpubring.releases import Release, plan_releases
 from helpers import ansible_playbook
+
+# The folder where planned_releases keeps what it rendered for this test session (conftest.py makes
+# it when the session starts, xdist's workers inherit it, it goes when the session ends).
+RELEASES_CACHE_ENV = "GPUBRING_TEST_RELEASES_CACHE"
+
+
+def _inventory_key(root: Path) -> str:
+    """The inventory's folder and every file in it (name and bytes; its .gpubring/ left out)."""
+    digest = hashlib.sha256(str(root.resolve()).encode())
+    for path in sorted(root.rglob("*")):
+        if ".gpubring" in path.relative_to(root).parts or not path.is_file():
+            continue
+        digest.update(b"\0" + str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def planned_releases(inv: Inventory) -> list[Release]:
+    """plan_releases(inv) for an inventory as load_inventory read it (unchanged since), rendered once
+    per test session: the sample and the variants are planned by a dozen test files, each render
+    taking seconds. The first call renders and keeps a pickle in the session's folder (keyed by the
+    inventory's files, so an edited copy is a new key; a lock makes xdist's other worker wait rather
+    than render it too); every call hands back a fresh copy, so what a test changes in its releases
+    changes nothing for another. Outside a session with that folder, it renders every time."""
+    folder = os.environ.get(RELEASES_CACHE_ENV, "")
+    if not folder or not Path(folder).is_dir():
+        return plan_releases(inv)
+    path = Path(folder) / f"releases-{_inventory_key(inv.root)}.pickle"
+    with open(path.with_suffix(".lock"), "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.is_file():
+            partial = path.with_suffix(".partial")
+            partial.write_bytes(pickle.dumps(plan_releases(inv)))
+            partial.replace(path)
+    releases: list[Release] = pickle.loads(path.read_bytes())
+    return releases
 
 
 def run_play(playbook: Path, inventory: Path, extra: Mapping[str, Any]) -> None:

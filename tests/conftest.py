@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -12,6 +14,26 @@ from helpers import REPO
 
 SAMPLE_INVENTORY = REPO / "inventories" / "prod"
 SAMPLE_HOST_FILES = ("group_vars/all/teams.yml", "group_vars/all/gpu_sharing.yml")
+# _render.RELEASES_CACHE_ENV (not imported: _render pulls in Ansible and kubernetes-validate).
+RELEASES_CACHE_ENV = "GPUBRING_TEST_RELEASES_CACHE"
+_RELEASES_CACHE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's folder for _render.planned_releases: made by the session (or xdist's controller),
+    whose workers inherit it through the environment; never one a caller's environment names."""
+    if hasattr(config, "workerinput"):  # an xdist worker: its controller made the folder
+        return
+    folder = tempfile.mkdtemp(prefix="gpubring-test-releases-")
+    config.stash[_RELEASES_CACHE] = folder
+    os.environ[RELEASES_CACHE_ENV] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = config.stash.get(_RELEASES_CACHE, "")
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(RELEASES_CACHE_ENV, None)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from _render import planned_releases
 from gpubring.inventory import load_inventory
 from gpubring.releases import plan_releases
 from helpers import DATA, REPO, module_utils
@@ -83,7 +84,7 @@ def test_the_annotation_is_cut_to_its_limit() -> None:
 @pytest.mark.parametrize("inventory", ["prod", "all-on"])
 def test_the_operators_daemonsets_tolerate_the_admission_taint(inventory: str) -> None:
     root = REPO / "inventories" / "prod" if inventory == "prod" else DATA / "inventories" / inventory
-    releases = {r.name: r for r in plan_releases(load_inventory(root))}
+    releases = {r.name: r for r in planned_releases(load_inventory(root))}
     wanted = {"key": KEY, "operator": "Exists", "effect": "NoSchedule"}
     gpu = releases["gpu-operator"].values
     assert wanted in gpu["daemonsets"]["tolerations"]

@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 import upstream
+from _render import planned_releases
 from gpubring.catalog import declared_releases
 from gpubring.inventory import load_inventory
-from gpubring.releases import Release, plan_releases
+from gpubring.releases import Release
 from gpubring.versions import load_pinned
 from helpers import DATA, REPO, refused
 
@@ -34,7 +35,7 @@ KINDS = ("gatewayclasses", "gateways", "httproutes")  # the Gateway API kinds gp
 
 
 def _release(root: Path) -> Release:
-    return next(r for r in plan_releases(load_inventory(root)) if r.name == "gateway-helm")
+    return next(r for r in planned_releases(load_inventory(root)) if r.name == "gateway-helm")
 
 
 @cache

@@ -21,10 +21,9 @@ import kubernetes_validate
 import yaml
 
 import upstream
-from _render import schema_version
+from _render import planned_releases, schema_version
 from gpubring import releases
 from gpubring.inventory import load_inventory
-from gpubring.releases import plan_releases
 from gpubring.versions import load_pinned
 from helpers import DATA, module_utils
 
@@ -68,7 +67,7 @@ def selects(selector: str, series: dict[str, str]) -> bool:
 
 @cache
 def _all_on() -> dict[str, Any]:
-    return {r.name: r for r in plan_releases(load_inventory(DATA / "inventories" / "all-on"))}
+    return {r.name: r for r in planned_releases(load_inventory(DATA / "inventories" / "all-on"))}
 
 
 def test_pod_gpu_utilization_is_served_for_the_pod_that_holds_the_gpu_only() -> None:

@@ -29,10 +29,10 @@ import pytest
 import yaml
 
 import upstream
-from _render import schema_version, validation_problems
+from _render import planned_releases, schema_version, validation_problems
 from gpubring.catalog import declared_releases
 from gpubring.inventory import Inventory, load_inventory
-from gpubring.releases import Release, plan_releases
+from gpubring.releases import Release
 from helpers import DATA, REPO
 
 TEST_INVENTORIES = DATA / "inventories"
@@ -49,7 +49,7 @@ EVERY_RELEASE = {r.name for r in declared_releases() if r.phase == "platform"}
 @cache
 def plan(name: str) -> tuple[Inventory, tuple[Release, ...]]:
     inv = load_inventory(INVENTORIES[name])
-    return inv, tuple(plan_releases(inv))
+    return inv, tuple(planned_releases(inv))
 
 
 CASES = [(name, release.name) for name in sorted(INVENTORIES) for release in plan(name)[1]]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 
 import upstream
+from _render import planned_releases
 from gpubring.inventory import load_inventory
-from gpubring.releases import plan_releases
 from helpers import REPO
 
 ALL_ON = REPO / "tests" / "data" / "inventories" / "all-on"
@@ -38,7 +38,7 @@ def _names(chart: str, version: str, values: dict[str, object], kube: str) -> se
 def test_the_new_chart_keeps_the_old_releases_object_names() -> None:
     upstream.upstream_dir()
     inv = load_inventory(ALL_ON)
-    release = next(r for r in plan_releases(inv) if r.name == "nvidia-dra-driver-gpu")
+    release = next(r for r in planned_releases(inv) if r.name == "nvidia-dra-driver-gpu")
     kube = str(inv.versions["kubernetes"]["version"])
     assert release.chart.endswith("/dra-driver-nvidia-gpu")
     new = _names("dra-driver-nvidia-gpu", release.version, release.values, kube)

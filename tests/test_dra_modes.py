@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from _render import planned_releases
 from gpubring.app import app
 from gpubring.inventory import load_inventory
-from gpubring.releases import plan_releases
 from gpubring.validation import specs
 from helpers import DATA, REPO, ansible_playbook
 
@@ -36,7 +36,7 @@ SITE = "group_vars/all/zz-dra.yml"
 
 def test_gpus_through_dra_on_every_gpu_node_switch_the_device_plugin_off() -> None:
     inv = load_inventory(DATA / "inventories" / "all-on")
-    releases = {r.name: r for r in plan_releases(inv)}
+    releases = {r.name: r for r in planned_releases(inv)}
     assert releases["gpu-operator"].values["devicePlugin"]["enabled"] is False
     dra = releases["nvidia-dra-driver-gpu"]
     assert dra.values["resources"]["gpus"] == {"enabled": True}

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 import upstream
+from _render import planned_releases
 from gpubring.inventory import load_inventory
 from gpubring.releases import Release, plan_releases
 from gpubring.versions import load_pinned
@@ -30,7 +31,7 @@ UPSTREAM = Path("charts") / "dcgm-exporter-dashboard-4.5.3-4.8.2" / FILE
 
 
 def _stack(root: Path) -> Release:
-    return next(r for r in plan_releases(load_inventory(root)) if r.name == "kube-prometheus-stack")
+    return next(r for r in planned_releases(load_inventory(root)) if r.name == "kube-prometheus-stack")
 
 
 @cache

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 import upstream
-from _render import schema_version, validation_problems
+from _render import planned_releases, schema_version, validation_problems
 from gpubring.inventory import Inventory, load_inventory
-from gpubring.releases import Release, plan_releases
+from gpubring.releases import Release
 from helpers import REPO, inventory_problems
 from test_chart_render import plan
 
@@ -57,7 +57,7 @@ metallb_bgp_peers:
 
 def _release(root: Path) -> tuple[Inventory, Release]:
     inv = load_inventory(root)
-    return inv, next(r for r in plan_releases(inv) if r.name == "metallb")
+    return inv, next(r for r in planned_releases(inv) if r.name == "metallb")
 
 
 def _objects(inv: Inventory, release: Release) -> list[tuple[str, dict[str, Any]]]:

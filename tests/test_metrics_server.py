@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import upstream
+from _render import planned_releases
 from gpubring.inventory import load_inventory
 from gpubring.releases import Release, plan_releases
 from gpubring.versions import load_pinned
@@ -26,7 +27,7 @@ SITE = "group_vars/all/zz-metrics-server.yml"
 
 
 def _release(root: Path) -> Release:
-    return next(r for r in plan_releases(load_inventory(root)) if r.name == "metrics-server")
+    return next(r for r in planned_releases(load_inventory(root)) if r.name == "metrics-server")
 
 
 def _render(release: Release) -> list[dict[str, Any]]:

@@ -24,10 +24,11 @@ import yaml
 from typer.testing import CliRunner
 
 import upstream
+from _render import planned_releases
 from gpubring.app import app
 from gpubring.catalog import declared_releases
 from gpubring.inventory import load_inventory
-from gpubring.releases import Release, host_variables, plan_releases, role_releases
+from gpubring.releases import Release, host_variables, role_releases
 from helpers import REPO, ansible_playbook
 
 ALL_ON = REPO / "tests" / "data" / "inventories" / "all-on"
@@ -62,7 +63,7 @@ def releases() -> list[Release]:
             "cni", host_variables(inv, roles=("cni",), host_vars={"gpubring_cni": choice})
         )
     ]
-    return [*plan_releases(load_inventory(ALL_ON)), *cni]
+    return [*planned_releases(load_inventory(ALL_ON)), *cni]
 
 
 def _chart(release: Release) -> Path:

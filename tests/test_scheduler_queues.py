@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 import upstream
+from _render import planned_releases
 from gpubring.inventory import Inventory, load_inventory
-from gpubring.releases import Release, plan_releases
+from gpubring.releases import Release
 from helpers import DATA, REPO
 
 ALL_ON = DATA / "inventories" / "all-on"
@@ -38,7 +39,7 @@ ADDED = {
 @cache
 def plan(root: str) -> tuple[Inventory, dict[str, Release]]:
     inv = load_inventory(REPO / root)
-    return inv, {r.name: r for r in plan_releases(inv)}
+    return inv, {r.name: r for r in planned_releases(inv)}
 
 
 def _kinds(release: Release, kind: str) -> list[dict[str, Any]]:

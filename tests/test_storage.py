@@ -18,10 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 import upstream
-from _render import schema_version, validation_problems
+from _render import planned_releases, schema_version, validation_problems
 from gpubring.app import app
 from gpubring.inventory import Inventory, load_inventory
-from gpubring.releases import Release, plan_releases
+from gpubring.releases import Release
 from helpers import inventory_problems
 from test_chart_render import plan
 
@@ -31,7 +31,7 @@ MONITORING = "monitoring_enabled: true\nmonitoring_storage_size: 200Gi\n"
 
 def _plan(root: Path) -> tuple[Inventory, dict[str, Release]]:
     inv = load_inventory(root)
-    return inv, {r.name: r for r in plan_releases(inv)}
+    return inv, {r.name: r for r in planned_releases(inv)}
 
 
 def _problems(make_inventory: Callable[..., Path], text: str) -> list[str]:

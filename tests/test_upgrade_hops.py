@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 import upstream
+from _render import planned_releases
 from gpubring import hops, upgrade, versions
 from gpubring.app import app
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
-from gpubring.releases import plan_releases
 from helpers import DATA
 
 RECORD = DATA / "records" / "old-defaults-installed.json"
@@ -164,7 +164,7 @@ def test_the_intermediate_charts_exist_and_render_gpubrings_values(
     assert (folder / "Chart.yaml").is_file(), f"the hop's chart charts/{folder.name} is missing in {root}"
     assert version in hops.load_rules()[release].lines
     inv = load_inventory(DATA / "inventories" / "all-on")
-    planned = next(r for r in plan_releases(inv) if r.name == release)
+    planned = next(r for r in planned_releases(inv) if r.name == release)
     unknown = list(upstream.unknown_value_paths(planned.values, upstream.chart_values(chart, version)))
     assert not unknown, f"{release} {version}: keys the intermediate chart does not have: {unknown}"
     objects = upstream.render(
