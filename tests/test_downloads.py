@@ -302,6 +302,7 @@ def test_the_bundle_lists_the_images_of_the_rendered_charts() -> None:
     assert missing.reason == f"{refs[0]}: no image tool here (skopeo, crane, ctr: none on PATH)"
 
 
+@pytest.mark.slow  # a whole `gpubring plan` (the roles rendered twice): ~6 s of CPU
 def test_gpubring_plan_downloads_shows_upstream_and_mirror(tmp_path: Path) -> None:
     """The command: `gpubring plan INVENTORY --downloads --json FILE` on the sample with one mirror set
     (gpubring_binary_mirror): its files come from the mirror, the rest upstream, in the human output
