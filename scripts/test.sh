@@ -14,6 +14,20 @@ cd "$root" || exit 1
 # 90 minutes).
 BUDGET_MIN=${GPUBRING_TEST_BUDGET_MIN:-40}
 export GPUBRING_MOLECULE_JOBS=${GPUBRING_MOLECULE_JOBS:-2}
+# GPUBRING_PYTEST_BESIDE=1: the unit and rendering tests run beside the heavy part (below) on
+# GPUBRING_PYTEST_BESIDE_WORKERS xdist workers (default 1) instead of on both cores before it: they
+# fill the quarter of the cores the lab and the scenarios leave idle, at the price of some of their
+# speed. 0 (the default): before the heavy part, on both cores.
+PYTEST_BESIDE=${GPUBRING_PYTEST_BESIDE:-0}
+PYTEST_BESIDE_WORKERS=${GPUBRING_PYTEST_BESIDE_WORKERS:-1}
+if [[ $PYTEST_BESIDE != [01] ]]; then
+  echo "test.sh: error: GPUBRING_PYTEST_BESIDE=$PYTEST_BESIDE (expected 0 or 1)" >&2
+  exit 2
+fi
+if [[ ! $PYTEST_BESIDE_WORKERS =~ ^[1-9][0-9]*$ ]]; then
+  echo "test.sh: error: GPUBRING_PYTEST_BESIDE_WORKERS=$PYTEST_BESIDE_WORKERS (expected a whole number >= 1)" >&2
+  exit 2
+fi
 began=$SECONDS
 
 failed=()
@@ -64,17 +78,24 @@ step ruff ruff check .
 step mypy mypy
 # Unit and rendering tests on both cores (pytest-xdist, a file's tests on one worker so its module
 # fixtures are built once).
-step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
+if ((PYTEST_BESIDE == 0)); then
+  step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
+fi
 # Then the heavy part, three steps sharing the two cores: the e2e lab, the Molecule scenarios and the
 # linters. The lab's nodes and the scenarios' hosts spend much of their time waiting on apt, dpkg and
 # SSH (a run alone leaves about a quarter of the cores idle), so the lab counts as one of Molecule's two
 # lanes while it runs (GPUBRING_MOLECULE_BESIDE_PID) and the scenarios take both once it has ended;
 # ansible-lint and ansible-test sanity (mostly pip filling its test environments) run beside them too.
+# (With GPUBRING_PYTEST_BESIDE=1 the unit tests start first, beside all of them.)
+if ((PYTEST_BESIDE == 1)); then
+  beside pytest pytest -p no:cacheprovider -n "$PYTEST_BESIDE_WORKERS" --dist loadfile -m 'not e2e'
+fi
 beside pytest-e2e pytest -p no:cacheprovider -m e2e
 beside ansible-lint ansible-lint --profile production
 beside sanity bash scripts/sanity.sh
 step molecule env GPUBRING_MOLECULE_BESIDE_PID="${beside_pid[pytest-e2e]}" \
   bash -o pipefail -c 'bash scripts/molecule-all.sh | tee .molecule-summary.log'
+if ((PYTEST_BESIDE == 1)); then joined pytest; fi
 joined pytest-e2e
 joined ansible-lint
 joined sanity
