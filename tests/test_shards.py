@@ -143,7 +143,7 @@ def _run(inventory: Path, count: int, **extra: str) -> RunResult:
         inventory_root=inventory,
         hosts_file=inventory / "hosts.yml",
         command="test",
-        phases=("host", "verify"),
+        phases=("host",),
         playbooks_dir=PHASES,
         serial="100%",
         options=RunOptions(
@@ -177,8 +177,8 @@ def _summary(result: RunResult) -> str:
 def test_a_sharded_run_with_a_failing_and_an_unreachable_host_reports_what_one_process_reports(
     inventory: Path,
 ) -> None:
-    """In the host phase n5 cannot be reached (ssh to a closed port) and n3 fails, each in its shard;
-    both are left out of verify, as one process leaves them out of the plays after."""
+    """In the host phase n5 cannot be reached (ssh to a closed port) and n3 fails, each in its shard.
+    (What runs after the shards: test_what_stops_a_sharded_run_between_its_steps.)"""
     (inventory / "host_vars").mkdir()
     (inventory / "host_vars" / "n5.yml").write_text(
         f"---\nansible_connection: ssh\nansible_port: {closed_port()}\n"
@@ -199,23 +199,21 @@ def test_a_sharded_run_with_a_failing_and_an_unreachable_host_reports_what_one_p
     ]
     assert two.report.to_json()["stats"] == one.report.to_json()["stats"]
     assert two.report.status == one.report.status == "unreachable"
-    # One process today; with two shards: the host phase in two slices, then verify on the hosts
-    # still in the run (n3 failed, n5 was unreachable).
+    # One process today; with two shards: the host phase in two disjoint slices of every host.
     assert list(_limits(one).values()) == [None]
     jobs = _limits(two)
     name = two.run_folder.name
-    assert list(jobs) == [f"{name}-1-1", f"{name}-1-2", f"{name}-2"]
+    assert list(jobs) == [f"{name}-1-1", f"{name}-1-2"]
     parts = [set(str(jobs[f"{name}-1-{i}"]).split(",")) for i in (1, 2)]
     assert not parts[0] & parts[1] and parts[0] | parts[1] == set(HOSTS)
     assert all(part & set(GPU) for part in parts)
-    assert jobs[f"{name}-2"] == "n1,n2,n4"
     for index in (1, 2):  # each shard's own gpubring_serial comes last: no -e of the operator's beats it
         argv = json.loads((two.run_folder / "artifacts" / f"{name}-1-{index}" / "command").read_text())
         extra = [v for k, v in zip(argv["command"], argv["command"][1:], strict=False) if k == "-e"]
         assert extra[-1].endswith(f"gpubring-shard-1-{index}.json"), argv["command"]
     assert any("host phase in 2 shards" in note for note in two.state.notices)
     # The GPU play's batches: each shard took its whole slice at once (serial 100%), as one process did.
-    assert two.state.phases_started == one.state.phases_started == ["host", "verify"]
+    assert two.state.phases_started == one.state.phases_started == ["host"]
 
 
 def _waiting(marker: str) -> list[int]:
@@ -330,10 +328,14 @@ def _fake_steps(
 
     def run_one(session: Session, playbook: Path, inventories: object, **kw: str) -> tuple[int | None, str]:
         started.append(kw["ident"])
+        LIMITS[kw["ident"]] = kw["limit"]
         return outcome(session, kw["ident"])
 
     result = shards.run(settings, folder, main, the_plan, inventories=[], run_one=run_one)
     return result, started
+
+
+LIMITS: dict[str, str | None] = {}
 
 
 def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: Path) -> None:
@@ -369,3 +371,20 @@ def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: P
     shutil.copytree(inventory, root3)
     (rc, status), started = _fake_steps(root3, a_shard_stops_early)
     assert (rc, started) == (2, ["run-1", "run-2-1", "run-2-2"])
+
+    def n3_fails_n5_unreachable(session: Session, ident: str) -> tuple[int | None, str]:
+        for play in HOST_PLAYS if ident.startswith("run-2") else ():
+            session.emit(PlayStart(name=play, pattern="all", phase="host"))
+        if ident == "run-2-1":
+            session.emit(PlaybookStats(hosts={"n3": HostCounts(failed=1), "n5": HostCounts(unreachable=1)}))
+            return 2, "failed"
+        return 0, "successful"
+
+    root4 = tmp_path / "fourth"
+    shutil.copytree(inventory, root4)
+    (rc, status), started = _fake_steps(root4, n3_fails_n5_unreachable)
+    # Preflight on the operator's --limit (none), each shard on its slice, verify on the hosts left.
+    assert (rc, started) == (2, ["run-1", "run-2-1", "run-2-2", "run-3"])
+    assert LIMITS["run-1"] is None
+    assert sorted(",".join(filter(None, (LIMITS["run-2-1"], LIMITS["run-2-2"]))).split(",")) == list(HOSTS)
+    assert LIMITS["run-3"] == "n1,n2,n4"
