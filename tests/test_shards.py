@@ -372,6 +372,23 @@ def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: P
     (rc, status), started = _fake_steps(root3, a_shard_stops_early)
     assert (rc, started) == (2, ["run-1", "run-2-1", "run-2-2"])
 
+    def a_shard_whose_hosts_all_died(session: Session, ident: str) -> tuple[int | None, str]:
+        if ident == "run-2-2":  # n1 and n3: both unreachable in the first play, the playbook ends there
+            session.emit(PlayStart(name=HOST_PLAYS[0], pattern="all", phase="host"))
+            session.emit(
+                PlaybookStats(hosts={"n1": HostCounts(unreachable=1), "n3": HostCounts(unreachable=1)})
+            )
+            return 4, "failed"
+        for play in HOST_PLAYS if ident.startswith("run-2") else ():
+            session.emit(PlayStart(name=play, pattern="all", phase="host"))
+        return 0, "successful"
+
+    root5 = tmp_path / "fifth"
+    shutil.copytree(inventory, root5)
+    (rc, status), started = _fake_steps(root5, a_shard_whose_hosts_all_died)
+    assert (rc, started) == (4, ["run-1", "run-2-1", "run-2-2", "run-3"])  # verify runs on the others
+    assert (LIMITS["run-2-2"], LIMITS["run-3"]) == ("n1,n3", "n2,n4,n5")
+
     def n3_fails_n5_unreachable(session: Session, ident: str) -> tuple[int | None, str]:
         for play in HOST_PLAYS if ident.startswith("run-2") else ():
             session.emit(PlayStart(name=play, pattern="all", phase="host"))

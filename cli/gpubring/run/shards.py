@@ -379,6 +379,7 @@ def _segments(
             while thread.is_alive():  # the main thread stays free for the cancel signals
                 thread.join(0.2)
         stop = False
+        dead = merge.dead()
         for job in jobs:
             if job.error is not None:
                 raise job.error
@@ -388,13 +389,22 @@ def _segments(
                 combined = job.rc
             if job.rc not in HOST_LEVEL_RC:
                 stop = True
-            elif job.rc and job.session.state.play != job.last_play:
-                stop = True  # that shard's playbook ended early, as one process's would have
+            elif job.rc and job.session.state.play != job.last_play and _left(job, dead, len(jobs)):
+                stop = True  # that playbook ended early (a whole batch failed): one process's would have
         if stop or status == "canceled" or main.cancel.is_set():
             if main.cancel.is_set():
                 status = "canceled"
             break
     return combined, status
+
+
+def _left(job: _Job, dead: set[str], processes: int) -> bool:
+    """Whether a playbook that ended early left hosts of its own behind: always for a step of one
+    process (ansible-playbook stopped the whole run); for a shard, only when hosts of its slice are still
+    in the run (a shard whose hosts all failed or were unreachable stopped nothing that would have run)."""
+    if processes == 1 or not job.limit:
+        return True
+    return any(host not in dead for host in job.limit.split(","))
 
 
 def _work(job: _Job, run_one: RunOne, playbook: Path, inventories: Sequence[Path], args: str) -> None:
