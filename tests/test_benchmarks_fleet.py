@@ -115,7 +115,8 @@ def test_write_fleet_inventory_copies_group_and_host_vars_per_alias(tmp_path: Pa
     assert (out / "ssh_config").read_text().count("  HostName 127.0.0.1\n") == 9
     assert (out / "group_vars" / "all" / "lab.yml").read_text() == "gpubring_serial: 100%\n"
     assert yaml.safe_load((out / "group_vars" / "all" / "fleet.yml").read_text()) == {
-        "preflight_check_collisions": False
+        "preflight_check_collisions": False,
+        "ansible_ssh_timeout": 60,
     }
     assert sorted(p.name for p in (out / "host_vars").iterdir()) == fleet.alias_names("fl-gpu1", 3)
     assert (out / "host_vars" / "fl-gpu1-a02" / "lab.yml").read_text().startswith("nvidia_driver_kernel")
