@@ -110,37 +110,16 @@ def plan(inv: Inventory, notes: list[str] | None = None) -> list[Planned]:
 
 
 class Output:
-    """Plain lines; on a terminal, a rich progress bar per download."""
+    """Plain lines: `fetching LABEL` per download. The command layer gives a terminal a progress bar
+    (gpubring.commands.bundle's subclass: rich stays above this layer, tests/test_layers.py)."""
 
-    def __init__(self, say: Callable[[str], None], console: object | None = None) -> None:
+    def __init__(self, say: Callable[[str], None]) -> None:
         self.say = say
-        self._console = console
 
     @contextmanager
     def progress(self, label: str) -> Iterator[fetch.Progress | None]:
-        from rich.console import Console
-
-        console = self._console
-        if not isinstance(console, Console) or not console.is_terminal:
-            self.say(f"fetching {label}")
-            yield None
-            return
-        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task(label, total=None)
-
-            def update(done: int, total: int | None) -> None:
-                bar.update(task, completed=done, total=total)
-
-            yield update
+        self.say(f"fetching {label}")
+        yield None
 
 
 @dataclass

@@ -6,13 +6,21 @@ its first argument is not one of its commands (so `gpubring bundle serve DIR` st
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from gpubring.options import InventoryArg
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from gpubring import bundle
+    from gpubring.bundle import fetch
 
 
 class _BuildByDefault(TyperGroup):
@@ -97,7 +105,7 @@ def build(
         console.print(text, markup=False)
 
     try:
-        result = bundle.build(inv, folder, bundle.Output(say, console), charts_dir=charts, sign_key=sign_key)
+        result = bundle.build(inv, folder, _bar_output(say, console), charts_dir=charts, sign_key=sign_key)
     except bundle.BundleError as exc:
         _fail(str(exc))
         raise
@@ -122,3 +130,34 @@ def _summary(result: Any, say: Any) -> None:
 from gpubring.commands.bundle_serve import serve_command  # noqa: E402 (after the group it joins)
 
 app.command("serve")(serve_command)
+
+
+def _bar_output(say: Callable[[str], None], console: Console) -> bundle.Output:
+    """bundle.Output with a rich progress bar per download on a terminal (plain lines otherwise)."""
+    from gpubring import bundle
+
+    class BarOutput(bundle.Output):
+        @contextmanager
+        def progress(self, label: str) -> Iterator[fetch.Progress | None]:
+            if not console.is_terminal:
+                with super().progress(label) as plain:
+                    yield plain
+                return
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+            with Progress(
+                "[progress.description]{task.description}",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task(label, total=None)
+
+                def update(done: int, total: int | None) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                yield update
+
+    return BarOutput(say)
