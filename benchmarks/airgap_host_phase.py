@@ -19,29 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from lab_noop import gpubring, must  # benchmarks/ beside this script
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gpubring", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env,
-    )  # fmt: skip
-
-
-def must(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{tail}")
 
 
 def changed(report: Path) -> int:

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from lab_noop import lab_cpu, must  # benchmarks/ beside this script
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "gpubfleet"
@@ -404,12 +405,6 @@ def gpubring(*args: str | Path, timeout: float = 3600) -> subprocess.CompletedPr
     )
 
 
-def must(proc: subprocess.CompletedProcess[str], what: str) -> None:
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-40:])
-        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{tail}")
-
-
 def shard_args(shards: int) -> tuple[list[str], str]:
     """How to ask `gpubring up` for `shards` processes, and how the row names it."""
     if shards <= 0:
@@ -421,26 +416,6 @@ def shard_args(shards: int) -> tuple[list[str], str]:
     if "gpubring_shards:" in settings:
         return ["-e", f"gpubring_shards={shards}"], f"gpubring_shards={shards}"
     return [], "unsharded (gpubring up has no shards yet)"
-
-
-def lab_cpu(prefix: str) -> float | None:
-    """CPU seconds the lab's containers have used (cgroup v2 cpu.stat or v1 cpuacct); None if unread."""
-    ids = subprocess.run(
-        ["docker", "ps", "--quiet", "--no-trunc", "--filter", f"label=io.gpubring.lab.prefix={prefix}"],
-        capture_output=True, text=True, check=True,
-    ).stdout.split()  # fmt: skip
-    total = 0.0
-    for cid in ids:
-        v2 = Path(f"/sys/fs/cgroup/system.slice/docker-{cid}.scope/cpu.stat")
-        v1 = Path(f"/sys/fs/cgroup/cpuacct/docker/{cid}/cpuacct.usage")
-        if v2.is_file():
-            stat = dict(line.split() for line in v2.read_text().splitlines())
-            total += int(stat["usage_usec"]) / 1e6
-        elif v1.is_file():
-            total += int(v1.read_text()) / 1e9
-        else:
-            return None
-    return total
 
 
 SSHD_DROP_IN = "/etc/ssh/sshd_config.d/gpubfleet.conf"

@@ -79,10 +79,10 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def lab_cpu() -> float | None:
+def lab_cpu(prefix: str = PREFIX) -> float | None:
     """CPU seconds the lab's containers have used (their cgroups, v2 or v1); None when unreadable."""
     ids = subprocess.run(
-        ["docker", "ps", "--quiet", "--no-trunc", "--filter", f"label=io.gpubring.lab.prefix={PREFIX}"],
+        ["docker", "ps", "--quiet", "--no-trunc", "--filter", f"label=io.gpubring.lab.prefix={prefix}"],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     total = 0.0

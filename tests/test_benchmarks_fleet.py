@@ -17,6 +17,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _load() -> ModuleType:
+    # As when it runs as a script: benchmarks/ on the path (it imports lab_noop's helpers).
+    sys.path.insert(0, str(REPO / "benchmarks"))
     spec = importlib.util.spec_from_file_location("fleet_noop", REPO / "benchmarks" / "fleet_noop.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
