@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpubring import lab
-from helpers import ansible_playbook
+from helpers import ansible_playbook, inventory_problems
 
 DEBIAN12 = {
     "os_family": "Debian",
@@ -160,3 +160,17 @@ def test_host_patterns() -> None:
     assert action.host_in("control_plane:gpu_nodes", "c", groups)
     assert not action.host_in("gpu_nodes:!control_plane", "b", groups)
     assert action.host_in("gpu_nodes:&control_plane", "b", groups)
+
+
+@pytest.mark.parametrize(
+    ("value", "refused"), [("0", True), ("-5", True), ("0.05", True), ("0.5", False), ("5", False)]
+)
+def test_the_download_timeout_is_bounded_before_any_host(
+    make_inventory: Any, value: str, refused: bool
+) -> None:
+    """A timeout of no time would call every download unreachable: refused by `check`/`up`, naming the key."""
+    root = make_inventory({"group_vars/all/downloads.yml": f"preflight_downloads_timeout: {value}\n"})
+    problems = [p for p in inventory_problems(root) if "preflight_downloads_timeout" in p]
+    assert bool(problems) is refused, problems
+    if refused:
+        assert "group_vars/all/downloads.yml" in problems[0]
