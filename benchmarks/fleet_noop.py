@@ -52,6 +52,7 @@ import os
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,14 +109,15 @@ def fleet_hosts(
 ) -> dict[str, Any]:
     """hosts.yml of the fleet from the lab's: each lab host under its alias names (plan), in its groups,
     with its vars but no ansible_host: each name is its own SSH host name, which the fleet's ssh_config
-    (`-F`, put before the lab's own SSH options) maps to the container's address."""
+    (`-F`, put before the lab's own SSH options) maps to the container's address. A lab host the plan
+    leaves out is not in the fleet (node_add.py keeps its fresh nodes out until it adds one)."""
     root = lab_hosts["all"]
     children: dict[str, Any] = {}
     for group, body in (root.get("children") or {}).items():
         members: dict[str, Any] = {}
         for host, hostvars in ((body or {}).get("hosts") or {}).items():
             own = {k: v for k, v in (hostvars or {}).items() if k != "ansible_host"}
-            for name in plan[host]:
+            for name in plan.get(host, ()):
                 members[name] = dict(own)
         children[group] = {"hosts": members}
     top = dict(root.get("vars") or {})
@@ -480,10 +482,12 @@ def phase_tasks(report: Path) -> dict[str, int]:
     return out
 
 
-def timed_run(inventory: Path, extra: Sequence[str], report: Path, interval: float) -> dict[str, Any]:
+def timed_run(
+    inventory: Path, extra: Sequence[str], report: Path, interval: float, prefix: str = PREFIX
+) -> dict[str, Any]:
     """One `gpubring up` with the controller's process tree sampled; its figures."""
     env = {**os.environ, "NO_COLOR": "1"}
-    nodes0 = lab_cpu(PREFIX)
+    nodes0 = lab_cpu(prefix)
     cpu0 = cpu_times()
     rusage0 = children_cpu()
     start = time.monotonic()
@@ -504,7 +508,7 @@ def timed_run(inventory: Path, extra: Sequence[str], report: Path, interval: flo
     rusage1 = children_cpu()
     cpu1 = cpu_times()
     sampler.sample(time.monotonic())  # the re-parented ones (SSH masters) still alive: their CPU so far
-    nodes1 = lab_cpu(PREFIX)
+    nodes1 = lab_cpu(prefix)
     if proc.returncode != 0:
         tail = "\n".join("".join(out_chunks).strip().splitlines()[-40:])
         raise SystemExit(f"gpubring up {' '.join(extra)} failed (exit {proc.returncode}):\n{tail}")
@@ -554,100 +558,161 @@ def arguments() -> argparse.Namespace:
         action="store_true",
         help="the lab in --lab-dir is converged and its aliases proven: no converge, no untimed run",
     )
-    parser.add_argument("--json", type=Path, default=None, help="write the figures here too")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="the figures, saved after each row (default: work folder)"
+    )
+    parser.add_argument("--prefix", default=PREFIX, help=f"the lab's container prefix ({PREFIX})")
+    parser.add_argument(
+        "--summarise",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="print the table, projection and goals from a saved --json (no lab, no run)",
+    )
     return parser.parse_args()
+
+
+def save_rows(path: Path, rows: Sequence[Mapping[str, Any]], aliases: int, forks: int, done: bool) -> None:
+    """The rows measured so far, written at once (a file beside, then renamed): a run that dies later
+    (killed with the session that started it, as the two-shard row of the first 23-host run was, mid
+    verify) loses no row, and `--summarise` prints the table and projection from them."""
+    tmp = path.with_name(path.name + ".tmp")
+    payload = {"aliases": aliases, "forks": forks, "complete": done, "rows": list(rows)}
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_rows(path: Path) -> tuple[list[dict[str, Any]], int, int]:
+    """(rows, aliases, forks) of a file save_rows wrote."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return list(data["rows"]), int(data["aliases"]), int(data["forks"])
+
+
+def _stop(signum: int, _frame: object) -> None:
+    # SIGTERM or SIGHUP (the terminal or session gone): unwind, so that the lab goes down and the rows
+    # measured so far are summarised; SIGKILL cannot be caught, save_rows covers it.
+    raise SystemExit(f"stopped by signal {signal.Signals(signum).name}")
 
 
 def main() -> None:
     args = arguments()
-    shard_counts = [int(s) for s in args.shards.split(",") if s.strip()]
-    forks = ["--forks", str(args.forks)] if args.forks else []
+    fork_count = args.forks or DEFAULT_FORKS
+    if args.summarise:
+        saved, aliases, fork_count = load_rows(args.summarise)
+        summarise(saved, aliases, fork_count, None)
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop)
     work = Path(tempfile.mkdtemp(prefix="gpubring-fleet-"))
+    out = args.json or work / "fleet.json"
+    print(f"figures: {out} (saved after each row; --summarise {out} prints them again)", flush=True)
     lab_dir = args.lab_dir or work / "lab"
-    lab = ("--prefix", PREFIX, "--inventory-dir", lab_dir)
+    lab = ("--prefix", args.prefix, "--inventory-dir", lab_dir)
     rows: list[dict[str, Any]] = []
+    done = False
     try:
-        shape = ("--nodes", str(args.nodes), "--cpu-nodes", str(args.cpu_nodes), "--distro", args.distro)
-        must(gpubring("lab", "up", *shape, *lab), "lab up")
-        sshd_for_aliases(PREFIX)
-        if not args.reuse_lab:
-            start = time.monotonic()
-            must(gpubring("up", lab_dir, *forks, "--json", work / "converge.json"), "converging run")
-            print(f"lab of {args.nodes} node(s) converged in {time.monotonic() - start:.0f} s", flush=True)
-        if args.converge_only:
-            return
-        lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
-        # The full fleet first: its untimed run proves every alias a no-op; the small fleet's names
-        # are a subset of it, timed once for the start-up and the time per task round.
-        sizes = [args.aliases, *([args.small] if 0 < args.small < args.aliases else [])]
-        for aliases in sizes:
-            fleet = work / f"fleet{aliases}"
-            plan = alias_plan(lab_hosts, aliases)
-            names = write_fleet_inventory(lab_dir, fleet, plan)
-            if aliases == args.aliases and not args.reuse_lab:
-                warm = timed_run(fleet, forks, work / f"warm{aliases}.json", args.interval)
-                print(
-                    f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
-                    f"{warm['changed']} changed",
-                    flush=True,
-                )
-                if warm["changed"]:
-                    raise SystemExit("the aliases are not equivalent: the first fleet run changed tasks")
-            for shards in shard_counts if aliases == args.aliases else [shard_counts[0]]:
-                extra, label = shard_args(shards)
-                if shards > 1 and not extra:
-                    print(f"{shards} shards: skipped, {label}", flush=True)
-                    continue
-                row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json",
-                                args.interval)  # fmt: skip
-                row.update(aliases=aliases, shards=shards, shard_label=label)
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "by_command"}), flush=True)
-                if row["changed"]:
-                    raise SystemExit(f"the no-op changed {row['changed']} task(s)")
+        done = measure(args, work, lab_dir, out, rows)
     finally:
         if not (args.keep_lab or args.converge_only):
             gpubring("lab", "down", *lab, timeout=600)
-    summarise(rows, args.aliases, args.forks or DEFAULT_FORKS, args.json)
+        if rows:
+            save_rows(out, rows, args.aliases, fork_count, done=done)
+            if not done:
+                print(f"\nthe run stopped early: the rows measured so far ({out})", flush=True)
+            summarise(rows, args.aliases, fork_count, out)
 
 
-def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | None) -> None:
-    print()
-    print("| hosts | shards | no-op (s) | changed | tasks/host | controller CPU/host (s) "
-          "| busiest process CPU/host (s) | its share | gpubring's own CPU/host (s) | CPUs busy "
-          "| nodes' CPU (s) |")  # fmt: skip
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+def measure(
+    args: argparse.Namespace, work: Path, lab_dir: Path, out: Path, rows: list[dict[str, Any]]
+) -> bool:
+    """Lab up, converge, the untimed and the timed runs; each row appended to `rows` and saved to `out`
+    as soon as measured. True when every asked row was measured."""
+    shard_counts = [int(s) for s in args.shards.split(",") if s.strip()]
+    forks = ["--forks", str(args.forks)] if args.forks else []
+    lab = ("--prefix", args.prefix, "--inventory-dir", lab_dir)
+    shape = ("--nodes", str(args.nodes), "--cpu-nodes", str(args.cpu_nodes), "--distro", args.distro)
+    must(gpubring("lab", "up", *shape, *lab), "lab up")
+    sshd_for_aliases(args.prefix)
+    if not args.reuse_lab:
+        start = time.monotonic()
+        must(gpubring("up", lab_dir, *forks, "--json", work / "converge.json"), "converging run")
+        print(f"lab of {args.nodes} node(s) converged in {time.monotonic() - start:.0f} s", flush=True)
+    if args.converge_only:
+        return True
+    lab_hosts = yaml.safe_load((lab_dir / "hosts.yml").read_text(encoding="utf-8"))
+    # The full fleet first: its untimed run proves every alias a no-op; the small fleet's names
+    # are a subset of it, timed once for the start-up and the time per task round.
+    sizes = [args.aliases, *([args.small] if 0 < args.small < args.aliases else [])]
+    for aliases in sizes:
+        fleet = work / f"fleet{aliases}"
+        plan = alias_plan(lab_hosts, aliases)
+        names = write_fleet_inventory(lab_dir, fleet, plan)
+        if aliases == args.aliases and not args.reuse_lab:
+            warm = timed_run(fleet, forks, work / f"warm{aliases}.json", args.interval, args.prefix)
+            print(
+                f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
+                f"{warm['changed']} changed",
+                flush=True,
+            )
+            if warm["changed"]:
+                raise SystemExit("the aliases are not equivalent: the first fleet run changed tasks")
+        for shards in shard_counts if aliases == args.aliases else [shard_counts[0]]:
+            extra, label = shard_args(shards)
+            if shards > 1 and not extra:
+                print(f"{shards} shards: skipped, {label}", flush=True)
+                continue
+            row = timed_run(fleet, [*forks, *extra], work / f"noop{aliases}-{shards}.json",
+                            args.interval, args.prefix)  # fmt: skip
+            row.update(aliases=aliases, shards=shards, shard_label=label)
+            rows.append(row)
+            save_rows(out, rows, args.aliases, args.forks or DEFAULT_FORKS, done=False)
+            print(json.dumps({k: v for k, v in row.items() if k != "by_command"}), flush=True)
+            if row["changed"]:
+                raise SystemExit(f"the no-op changed {row['changed']} task(s)")
+    return True
+
+
+def table_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The rows as a Markdown table (the README's figures)."""
+    lines = [
+        "| hosts | shards | no-op (s) | changed | tasks/host | controller CPU/host (s) "
+        "| busiest process CPU/host (s) | its share | gpubring's own CPU/host (s) | CPUs busy "
+        "| nodes' CPU (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         nodes = "n/a" if r["nodes_cpu_s"] is None else f"{r['nodes_cpu_s']:.0f}"
-        print(
+        lines.append(
             f"| {r['hosts']} | {r['shard_label']} | {r['wall_s']:.1f} | {r['changed']} | "
             f"{r['tasks_per_host']} | "
             f"{r['controller_cpu_s'] / r['hosts']:.2f} | {r['busiest_cpu_s'] / r['hosts']:.2f} | "
             f"{r['busiest_cpu_s'] / r['controller_cpu_s']:.0%} | {r['root_cpu_s'] / r['hosts']:.2f} | "
             f"{r['cpu_busy']:.0%} | {nodes} |"
         )
+    return lines
+
+
+def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int) -> Cost | None:
+    """What the projection starts from (docs/fleet.md): the full fleet's one-shard row for the CPU per
+    host, its first sharded row for the split of the busiest process, the small fleet's row (else the
+    full fleet's) for the start-up, a task round and the task results per phase. None without a row
+    of the full fleet."""
     big = [r for r in rows if r["aliases"] == aliases]
     small = [r for r in rows if r["aliases"] != aliases]
     if not big:
-        return
+        return None
     one = big[0]
     sharded = [r for r in big if r["shards"] > 1]
     base = small[0] if small else one
     tasks = base["phase_tasks"] or {"?": one["tasks_per_host"]}
     if sharded:
-        r = sharded[0]
-        ratio = (r["busiest_cpu_s"] / r["hosts"]) / (one["busiest_cpu_s"] / one["hosts"])
-        print(
-            f"\n{r['shard_label']}: the busiest process carries {ratio:.0%} of the CPU-seconds per host "
-            f"of the busiest with one shard (goal <= 55 %); CPUs {r['cpu_busy']:.0%} busy (goal >= 90 %)"
-        )
-        unsplit, split = split_costs(r)
-        measured = r["shards"]
+        unsplit, split = split_costs(sharded[0])
+        measured = int(sharded[0]["shards"])
         split_phases = [p for p in tasks if p == SHARDED_PHASE]
     else:
         unsplit, split, measured, split_phases = one["busiest_cpu_s"] / one["hosts"], 0.0, 1, []
     startup = base["startup_s"] or 0.0
-    cost = Cost(
+    return Cost(
         per_host_cpu=one["controller_cpu_s"] / one["hosts"],
         root_per_host=max(r["root_cpu_s"] / r["hosts"] for r in big),
         unsplit_per_host=unsplit,
@@ -658,12 +723,75 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
         tasks_unsplit=sum(n for p, n in tasks.items() if p not in split_phases),
         tasks_split=sum(n for p, n in tasks.items() if p in split_phases),
     )
-    print(f"measured: {cost}")
-    projections = [
-        project(cost, hosts=n, cores=16, shards=min(16, n), forks=f)
+
+
+def projections_of(cost: Cost, forks: int, cores: int = 16) -> list[Projection]:
+    """1, 100 and 1,000 hosts on `cores` cores, one shard per core (gpubring_shards auto) up to the
+    hosts, at the measured forks and at 50."""
+    return [
+        project(cost, hosts=n, cores=cores, shards=min(cores, n), forks=f)
         for n in (1, 100, 1000)
         for f in sorted({forks, 50})
     ]
+
+
+def _verdict(low: float, high: float, goal: float) -> str:
+    if high <= goal:
+        return "met"
+    if low > goal:
+        return "not met"
+    return "open (the goal lies inside the projected range)"
+
+
+# The goals of issue 26, measured by this benchmark: (hosts projected, seconds at most).
+WALL_GOALS = ((1, 10.0), (100, 120.0), (1000, 600.0))
+
+
+def goal_lines(
+    rows: Sequence[Mapping[str, Any]], aliases: int, projections: Sequence[Projection], forks: int
+) -> list[str]:
+    """Each goal of issue 26 this benchmark measures, with the figure and met / not met."""
+    big = [r for r in rows if r["aliases"] == aliases]
+    if not big:
+        return []
+    one = big[0]
+    per_host = one["controller_cpu_s"] / one["hosts"]
+    lines = [
+        f"controller CPU per host per no-op {per_host:.2f} s (goal <= 2 s): "
+        + ("met" if per_host <= 2.0 else "not met")
+    ]
+    sharded = [r for r in big if r["shards"] > 1]
+    if sharded:
+        r = sharded[0]
+        ratio = (r["busiest_cpu_s"] / r["hosts"]) / (one["busiest_cpu_s"] / one["hosts"])
+        lines.append(
+            f"{r['shard_label']}: the busiest process carries {ratio:.0%} of the CPU-seconds per host of "
+            f"the busiest with one shard (goal <= 55 %): {'met' if ratio <= 0.55 else 'not met'}; CPUs "
+            f"{r['cpu_busy']:.0%} busy (goal >= 90 %): {'met' if r['cpu_busy'] >= 0.90 else 'not met'}"
+        )
+    else:
+        lines.append("shards: no sharded row measured (goals <= 55 % and >= 90 % busy: not measured)")
+    for hosts, goal in WALL_GOALS:
+        for p in projections:
+            if p.hosts == hosts and p.forks == forks:
+                verdict = _verdict(p.wall_s, p.wall_upper_s, goal)
+                lines.append(
+                    f"projected {hosts} host(s) on {p.cores} cores, forks {p.forks}: {p.wall_s:.0f}-"
+                    f"{p.wall_upper_s:.0f} s (goal <= {goal:.0f} s): {verdict}"
+                )
+    return lines
+
+
+def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | None) -> None:
+    """Print the table, the measured cost, the projection and the goals; add the last three to `out`."""
+    print()
+    print("\n".join(table_lines(rows)))
+    cost = measured_cost(rows, aliases)
+    if cost is None:
+        print(f"no row of the full fleet ({aliases} aliases): no projection")
+        return
+    print(f"\nmeasured: {cost}")
+    projections = projections_of(cost, forks)
     for p in projections:
         print(
             f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks: "
@@ -671,9 +799,13 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
             f"{p.cpu_bound_s:.0f} s, busiest process path {p.serial_bound_s:.0f} s, task rounds "
             f"{p.latency_bound_s:.0f} s)"
         )
+    print("\ngoals (issue 26):")
+    for line in goal_lines(rows, aliases, projections, forks):
+        print(f"- {line}")
     if out:
-        payload = {"rows": rows, "cost": cost.__dict__, "projections": [p.__dict__ for p in projections]}
-        out.write_text(json.dumps(payload, indent=2) + "\n")
+        payload = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {}
+        payload.update(cost=cost.__dict__, projections=[p.__dict__ for p in projections])
+        out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

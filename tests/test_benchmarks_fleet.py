@@ -333,3 +333,136 @@ def test_phase_tasks_counts_results_per_phase_and_host_from_the_job_events(tmp_p
     report.write_text(json.dumps({"run_folder": str(tmp_path / "run")}))
     # verify's play here has no name of playbooks/verify.yml: the event's playbook names it then
     assert fleet.phase_tasks(report) == {"preflight": 2, "host": 2, "run": 1}
+
+
+# --- rows saved as measured, the summary and the goals ---------------------------------------------------
+
+
+def _row(aliases: int, shards: int, hosts: int, **figures: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "aliases": aliases, "shards": shards, "shard_label": f"--shards {shards}", "hosts": hosts,
+        "wall_s": 100.0, "changed": 0, "tasks_per_host": 298, "controller_cpu_s": 10.0 * hosts,
+        "busiest_cpu_s": 3.0 * hosts, "root_cpu_s": 0.5 * hosts, "cpu_busy": 0.87, "nodes_cpu_s": 70.0,
+        "startup_s": 4.0, "segments": [], "phase_tasks": {},
+    }  # fmt: skip
+    row.update(figures)
+    return row
+
+
+ONE_SHARD = _row(10, 1, 23)
+TWO_SHARDS = _row(10, 2, 23, busiest_cpu_s=1.5 * 23, cpu_busy=0.95, segments=[
+    {"playbook": "/r/up-1.yml", "busiest_s": 0.2 * 23, "total_s": 0.3 * 23},
+    {"playbook": "/r/up-2.yml", "busiest_s": 1.5 * 23, "total_s": 4.0 * 23},
+    {"playbook": "/r/up-2.yml", "busiest_s": 1.4 * 23, "total_s": 4.0 * 23},
+    {"playbook": "/r/up-3.yml", "busiest_s": 0.5 * 23, "total_s": 1.0 * 23},
+])  # fmt: skip
+SMALL = _row(1, 1, 3, wall_s=24.0, phase_tasks={"preflight": 25, "host": 209, "verify": 66})
+
+
+def test_fleet_hosts_leaves_out_the_lab_hosts_the_plan_does_not_name() -> None:
+    plan = {"fl-cp1": ["fl-cp1-a00"], "fl-gpu1": ["fl-gpu1-a00", "fl-gpu1-a01"]}
+    hosts = fleet.fleet_hosts(LAB_HOSTS, plan, "/fleet/ssh_config")["all"]["children"]
+    assert hosts["cpu_nodes"]["hosts"] == {}
+    assert list(hosts["gpu_nodes"]["hosts"]) == ["fl-gpu1-a00", "fl-gpu1-a01"]
+    assert len(fleet.ssh_config_lines(LAB_HOSTS, plan)) == 6
+
+
+def test_rows_are_saved_as_measured_and_summarised_from_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "fleet.json"
+    fleet.save_rows(out, [ONE_SHARD], 10, 10, done=False)  # a run killed after its first row
+    assert json.loads(out.read_text())["complete"] is False
+    assert not out.with_name("fleet.json.tmp").exists()
+    rows, aliases, forks = fleet.load_rows(out)
+    assert (rows, aliases, forks) == ([ONE_SHARD], 10, 10)
+    fleet.summarise(rows, aliases, forks, out)
+    printed = capsys.readouterr().out
+    assert "| 23 | --shards 1 | 100.0 | 0 | 298 | 10.00 | 3.00 | 30% | 0.50 | 87% | 70 |" in printed
+    assert "projected 1000 host(s) on 16 cores, 16 shard(s) of 50 forks" in printed
+    assert "shards: no sharded row measured" in printed
+    assert "controller CPU per host per no-op 10.00 s (goal <= 2 s): not met" in printed
+    saved = json.loads(out.read_text())
+    assert saved["rows"] == [ONE_SHARD]  # the rows stay; the projection is added beside them
+    assert saved["cost"]["per_host_cpu"] == pytest.approx(10.0)
+    assert len(saved["projections"]) == 6  # 1, 100, 1,000 hosts at forks 10 and 50
+
+
+def test_measured_cost_takes_each_figure_from_its_row() -> None:
+    cost = fleet.measured_cost([ONE_SHARD, TWO_SHARDS, SMALL], 10)
+    assert cost is not None
+    assert cost.per_host_cpu == pytest.approx(10.0)  # the one-shard row of the full fleet
+    assert cost.unsplit_per_host == pytest.approx(0.7)  # preflight 0.2 + verify 0.5 (one process each)
+    assert cost.split_per_host == pytest.approx(1.5)  # the busiest host-phase shard
+    assert cost.measured_shards == 2
+    assert cost.startup_s == pytest.approx(4.0)
+    assert cost.round_s == pytest.approx(20.0 / 300)  # the small fleet: (24 - 4) s over 300 tasks
+    assert (cost.tasks_unsplit, cost.tasks_split) == (91, 209)
+    assert fleet.measured_cost([SMALL], 10) is None
+
+
+def test_goal_lines_give_each_goal_its_figure_and_verdict() -> None:
+    rows = [ONE_SHARD, TWO_SHARDS, SMALL]
+    cost = fleet.measured_cost(rows, 10)
+    assert cost is not None
+    lines = fleet.goal_lines(rows, 10, fleet.projections_of(cost, 10), 10)
+    assert lines[0] == "controller CPU per host per no-op 10.00 s (goal <= 2 s): not met"
+    assert lines[1] == (
+        "--shards 2: the busiest process carries 50% of the CPU-seconds per host of the busiest with one "
+        "shard (goal <= 55 %): met; CPUs 95% busy (goal >= 90 %): met"
+    )
+    assert [line.split(":")[0] for line in lines[2:]] == [
+        "projected 1 host(s) on 16 cores, forks 10",
+        "projected 100 host(s) on 16 cores, forks 10",
+        "projected 1000 host(s) on 16 cores, forks 10",
+    ]
+    assert lines[-1].endswith("(goal <= 600 s): not met")  # 10 CPU-s x 1,000 / 16 cores alone: 625 s
+    assert fleet._verdict(50.0, 90.0, 120.0) == "met"
+    assert fleet._verdict(100.0, 130.0, 120.0).startswith("open")
+    assert fleet._verdict(121.0, 130.0, 120.0) == "not met"
+
+
+# --- node add into inventories of growing size (benchmarks/node_add.py) -----------------------------------
+
+
+def _load_node_add() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("node_add", REPO / "benchmarks" / "node_add.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+node_add = _load_node_add()
+
+
+def test_node_add_plans_the_converged_nodes_under_aliases_and_one_fresh_node_alone() -> None:
+    lab = {"all": {"children": {**LAB_HOSTS["all"]["children"], "cpu_nodes": {"hosts": {
+        "fl-cpu1": {"ansible_host": "127.0.0.1", "ansible_port": 2203},
+        "fl-cpu2": {"ansible_host": "127.0.0.1", "ansible_port": 2204},
+        "fl-cpu3": {"ansible_host": "127.0.0.1", "ansible_port": 2205},
+    }}}}}  # fmt: skip
+    fresh = node_add.fresh_nodes("fl", 1, 2)
+    assert fresh == ["fl-cpu2", "fl-cpu3"]
+    plan = node_add.add_plan(lab, 10, fresh, "fl-cpu3")
+    assert set(plan) == {"fl-cp1", "fl-gpu1", "fl-cpu1", "fl-cpu3"}  # fl-cpu2 is not in it yet
+    assert plan["fl-cpu3"] == ["fl-cpu3-a00"]
+    assert node_add.inventory_hosts(plan, "fl-cpu3") == 3 + 10 + 10
+    assert node_add.inventory_hosts(node_add.add_plan(lab, 1, fresh, "fl-cpu2"), "fl-cpu2") == 3
+
+
+def test_node_add_scaling_lines_give_the_ratios_and_the_slope() -> None:
+    adds = [
+        {"inventory_hosts": 3, "wall_s": 60.0},
+        {"inventory_hosts": 23, "wall_s": 61.0},
+        {"inventory_hosts": 63, "wall_s": 66.0},
+    ]
+    lines = node_add.scaling_lines(50.0, adds)
+    assert lines[0] == (
+        "3 hosts in the inventory: node add 60.0 s, 1.20x the lone node's preflight + host (50.0 s), "
+        "1.00x the node add into 3"
+    )
+    assert lines[2].startswith("63 hosts in the inventory: node add 66.0 s, 1.32x")
+    assert lines[2].endswith("1.10x the node add into 3")
+    assert lines[3] == "slope: +100 ms per inventory host from 3 to 63 hosts"
+    assert node_add.scaling_lines(50.0, []) == []
