@@ -692,11 +692,11 @@ def table_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int) -> Cost | None:
+def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = DEFAULT_FORKS) -> Cost | None:
     """What the projection starts from (docs/fleet.md): the full fleet's one-shard row for the CPU per
     host, its first sharded row for the split of the busiest process, the small fleet's row (else the
-    full fleet's) for the start-up, a task round and the task results per phase. None without a row
-    of the full fleet."""
+    full fleet's, whose hosts took ceil(hosts / forks) rounds per task) for the start-up, a task round
+    and the task results per phase. None without a row of the full fleet."""
     big = [r for r in rows if r["aliases"] == aliases]
     small = [r for r in rows if r["aliases"] != aliases]
     if not big:
@@ -719,7 +719,7 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int) -> Cost | Non
         split_per_host=split,
         measured_shards=measured,
         startup_s=startup,
-        round_s=(base["wall_s"] - startup) / max(1, sum(tasks.values())),
+        round_s=(base["wall_s"] - startup) / max(1, sum(tasks.values()) * -(-base["hosts"] // max(1, forks))),
         tasks_unsplit=sum(n for p, n in tasks.items() if p not in split_phases),
         tasks_split=sum(n for p, n in tasks.items() if p in split_phases),
     )
@@ -786,7 +786,7 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
     """Print the table, the measured cost, the projection and the goals; add the last three to `out`."""
     print()
     print("\n".join(table_lines(rows)))
-    cost = measured_cost(rows, aliases)
+    cost = measured_cost(rows, aliases, forks)
     if cost is None:
         print(f"no row of the full fleet ({aliases} aliases): no projection")
         return

@@ -466,3 +466,11 @@ def test_node_add_scaling_lines_give_the_ratios_and_the_slope() -> None:
     assert lines[2].endswith("1.10x the node add into 3")
     assert lines[3] == "slope: +100 ms per inventory host from 3 to 63 hosts"
     assert node_add.scaling_lines(50.0, []) == []
+
+
+def test_measured_cost_without_the_small_fleet_counts_the_full_fleets_rounds() -> None:
+    cost = fleet.measured_cost([ONE_SHARD], 10, forks=10)
+    assert cost is not None
+    # 23 hosts at 10 forks: each of the 298 tasks took 3 rounds of the (100 - 4) s
+    assert cost.round_s == pytest.approx(96.0 / (298 * 3))
+    assert fleet.measured_cost([ONE_SHARD], 10, forks=50).round_s == pytest.approx(96.0 / 298)
