@@ -278,6 +278,41 @@ def test_bad_input_is_one_line_before_anything(case: str, verb: list[str], tmp_p
     assert not (tmp_path / "bundle" / "manifest.json").exists()
 
 
+@pytest.mark.parametrize("only", ["apt,disks", "", " , "])
+def test_only_names_parts_or_is_refused_before_anything(only: str, tmp_path: Path) -> None:
+    folder = tmp_path / "bundle"
+    result = CliRunner().invoke(
+        app, ["bundle", str(REPO / "inventories" / "prod"), str(folder), "--only", only]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(
+        f"error: --only {only!r}: expected one or more of apt, files, charts, images"
+    )
+    assert ("(not a part: disks)" in result.stderr) == ("disks" in only)
+    assert "Traceback" not in result.output and not folder.exists()
+
+
+def test_a_build_of_some_parts_keeps_the_manifests_other_entries(tmp_path: Path) -> None:
+    """--only files fetches the files (here: none reachable, listed missing) and touches neither the
+    charts, the images nor an earlier run's entries of those kinds."""
+    from gpubring.inventory import load_inventory
+
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    earlier = Manifest(inventory="x")
+    earlier.put([Entry("chart", "gpu-operator", "v1", "https://example.invalid/charts")], ("chart",))
+    earlier.write(folder)
+    inv = load_inventory(REPO / "inventories" / "prod")
+    with pytest.raises(bundle.BundleError, match="bundle parts disks: expected one or more of apt"):
+        bundle.build(inv, folder, bundle.Output(lambda _l: None), parts=("files", "disks"))
+    said: list[str] = []
+    result = bundle.build(inv, folder, bundle.Output(said.append), parts=("files",))
+    kinds = {e.kind for e in result.manifest.entries}
+    assert "chart" in kinds and "file" in kinds and "image" not in kinds and "apt" not in kinds
+    assert not (folder / "charts").exists() and not (folder / "images").exists()
+    assert all(line.startswith("fetching ") for line in said) and said
+
+
 def test_an_image_archive_says_how_skopeo_reads_it(tmp_path: Path) -> None:
     """skopeo's and ctr's archives hold an OCI layout (oci-archive), crane's a docker-save manifest."""
     from gpubring.bundle import images

@@ -400,3 +400,19 @@ def test_what_apt_cannot_find_or_fetch_is_listed(tmp_path: Path) -> None:
         "gpubring-test-a",
         "gpubring-test-b",
     }
+
+
+def test_only_the_phases_the_inventory_runs_are_bundled(tmp_path: Path) -> None:
+    """An inventory that runs no cluster phase (gpubring_phases, as the lab's) installs no kubeadm, and
+    pkgs.k8s.io is no source of its bundle; the host phase's packages stay."""
+    root = tmp_path / "inv"
+    shutil.copytree(SAMPLE, root)
+    (root / "group_vars" / "all" / "zz_phases.yml").write_text(
+        "gpubring_phases: [preflight, host, verify]\n", encoding="utf-8"
+    )
+    (found,) = packages.inventory_packages(load_inventory(root), (BOOKWORM,))
+    (whole,) = packages.inventory_packages(load_inventory(SAMPLE), (BOOKWORM,))
+    assert "kubeadm" in {p.partition("=")[0] for i in whole.installs for p in i.packages}
+    assert not any(i.role == "kubernetes_packages" for i in found.installs)
+    assert "kubernetes_packages" not in {s.role for s in found.sources}
+    assert _installs(found, "gpu_nodes", "nvidia_driver") == _installs(whole, "gpu_nodes", "nvidia_driver")

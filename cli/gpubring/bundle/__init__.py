@@ -21,7 +21,7 @@ whose file still matches the manifest's sha256, and resumes a file an interrupte
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +35,20 @@ from gpubring.bundle.manifest import Entry, Manifest, ManifestError, sha256_of
 if TYPE_CHECKING:
     from gpubring.inventory import Inventory
 
-__all__ = ["BundleError", "Output", "Planned", "Result", "build", "check_folder", "plan", "plan_entries"]
+__all__ = [
+    "PARTS",
+    "BundleError",
+    "Output",
+    "Planned",
+    "Result",
+    "build",
+    "check_folder",
+    "plan",
+    "plan_entries",
+]
 
+# The parts a build can be asked for (`gpubring bundle --only`): all of them by default.
+PARTS = ("apt", "files", "charts", "images")
 FILE_KINDS = ("file", "apt-source")
 APT_KINDS = ("apt", "apt-repo-missing")  # gpubring.bundle.apt's entries
 APT_REPO_REASON = (
@@ -255,10 +267,21 @@ def build(
     *,
     charts_dir: Path | None = None,
     sign_key: str | None = None,
+    parts: Collection[str] = PARTS,
+    extra_packages: Mapping[str, Sequence[str]] | None = None,
+    releases: Collection[str] | None = None,
 ) -> Result:
-    """Build (or resume) the bundle of `inv` in `folder` (see the module's docstring). BundleError for
-    bad input, before anything is fetched; gpubring.releases.ReleaseRenderError when the roles cannot be
+    """Build (or resume) the bundle of `inv` in `folder` (see the module's docstring): the `parts` asked
+    (PARTS; the manifest keeps an earlier run's entries of the others). `extra_packages`: per release
+    key, packages the apt part adds beside the roles' (gpubring.bundle.apt.build); `releases`: the
+    release keys the apt part builds (default: the inventory's, packages.target_releases). BundleError for bad
+    input, before anything is fetched; gpubring.releases.ReleaseRenderError when the roles cannot be
     rendered for this inventory."""
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        raise BundleError(
+            f"bundle parts {', '.join(unknown) or '(none)'}: expected one or more of {', '.join(PARTS)}"
+        )
     check_folder(folder)
     if charts_dir is not None and not charts_dir.is_dir():
         raise BundleError(f"--charts {charts_dir}: expected a folder of <chart>-<version>/ or .tgz charts")
@@ -270,31 +293,37 @@ def build(
     if previous is not None:
         manifest.entries = list(previous.entries)
     result = Result(folder, manifest)
-    planned = plan(inv, result.notes)
+    planned = plan(inv, result.notes) if set(parts) - {"apt"} else []
     manifest.write(folder)
 
-    files = [p for p in planned if p.entry.kind in FILE_KINDS]
-    done = [_fetch_file(p, folder, previous, out) for p in files]
-    done += [p.entry for p in planned if p.entry.kind == "apt-repo"]
-    manifest.put(done, (*FILE_KINDS, "apt-repo"))
-    manifest.write(folder)
+    if "files" in parts:
+        files = [p for p in planned if p.entry.kind in FILE_KINDS]
+        done = [_fetch_file(p, folder, previous, out) for p in files]
+        done += [p.entry for p in planned if p.entry.kind == "apt-repo"]
+        manifest.put(done, (*FILE_KINDS, "apt-repo"))
+        manifest.write(folder)
 
     chart_dir = folder / "charts"
-    chart_dir.mkdir(exist_ok=True)
-    charted = [_fetch_chart(p, folder, charts_dir, previous, out) for p in planned if p.entry.kind == "chart"]
-    manifest.put(charted, ("chart",))
-    chart_files.write_index(chart_dir, manifest.created)
-    manifest.write(folder)
+    if "charts" in parts:
+        chart_dir.mkdir(exist_ok=True)
+        charted = [
+            _fetch_chart(p, folder, charts_dir, previous, out) for p in planned if p.entry.kind == "chart"
+        ]
+        manifest.put(charted, ("chart",))
+        chart_files.write_index(chart_dir, manifest.created)
+        manifest.write(folder)
 
-    refs = [p.entry.source for p in planned if p.entry.kind == "image"]
-    refs += _chart_image_refs(inv, chart_dir, result)
-    which = images.tool()
-    tool = (which, images.usable(which) if refs else "")
-    saved = [_save_image(_image_entry(r), folder, previous, tool, out) for r in dict.fromkeys(refs)]
-    manifest.put(saved, ("image",))
-    manifest.write(folder)
+    if "images" in parts:
+        refs = [p.entry.source for p in planned if p.entry.kind == "image"]
+        refs += _chart_image_refs(inv, chart_dir, result) if chart_dir.is_dir() else []
+        which = images.tool()
+        tool = (which, images.usable(which) if refs else "")
+        saved = [_save_image(_image_entry(r), folder, previous, tool, out) for r in dict.fromkeys(refs)]
+        manifest.put(saved, ("image",))
+        manifest.write(folder)
 
-    _apt_part(inv, result, out, sign_key)
+    if "apt" in parts:
+        _apt_part(inv, result, out, sign_key=sign_key, extra_packages=extra_packages, releases=releases)
     hauler.write(folder, manifest.entries)
     return result
 
@@ -311,7 +340,15 @@ def _chart_image_refs(inv: Inventory, chart_dir: Path, result: Result) -> list[s
     return refs
 
 
-def _apt_part(inv: Inventory, result: Result, out: Output, sign_key: str | None) -> None:
+def _apt_part(
+    inv: Inventory,
+    result: Result,
+    out: Output,
+    *,
+    sign_key: str | None,
+    extra_packages: Mapping[str, Sequence[str]] | None = None,
+    releases: Collection[str] | None = None,
+) -> None:
     """The apt repositories per OS release (gpubring.bundle.apt's build: kinds apt and apt-repo-missing),
     when that part is installed; its entries replace the earlier run's of the same kinds."""
     import importlib.util
@@ -320,9 +357,18 @@ def _apt_part(inv: Inventory, result: Result, out: Output, sign_key: str | None)
         result.notes.append("apt packages: not part of this build (gpubring.bundle.apt is not installed)")
         return
     from gpubring.bundle import apt
+    from gpubring.bundle import packages as pkgs
 
+    targets = None if releases is None else [r for r in pkgs.target_releases(inv) if r.key in releases]
     try:
-        entries = apt.build(inv, result.folder, sign_key=sign_key, progress=out.say)
+        entries = apt.build(
+            inv,
+            result.folder,
+            targets=targets,
+            sign_key=sign_key,
+            progress=out.say,
+            extra_packages=extra_packages,
+        )
     except apt.AptError as exc:
         result.notes.append(f"apt packages: not built ({exc})")
         return

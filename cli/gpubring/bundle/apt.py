@@ -688,9 +688,12 @@ def build(
     sign_key: str | None = None,
     timeout: float = 10.0,
     progress: Progress | None = None,
+    extra_packages: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Entry]:
     """The apt repositories of `inv`'s releases (default: packages.target_releases) under folder/apt/,
-    and their manifest entries (kinds apt and apt-repo-missing)."""
+    and their manifest entries (kinds apt and apt-repo-missing). `extra_packages`: per release key
+    (`debian-trixie`), packages something other than the roles installs (the lab's kernel), resolved
+    as one more transaction without Recommends."""
     chosen = tuple(targets) if targets is not None else None
     entries: list[Entry] = []
     for found in pkgs.inventory_packages(inv, chosen):
@@ -698,6 +701,9 @@ def build(
         for install in found.installs:
             label = f"{install.role}:{install.group}" + ("" if install.recommends else ":no-recommends")
             requests.setdefault(label, []).extend(install.packages)
+        extra = list((extra_packages or {}).get(found.release.key, ()))
+        if extra:
+            requests["extra:all:no-recommends"] = extra
         third: dict[str, list[Source]] = {}
         for src in found.sources:
             third.setdefault(src.role, []).extend(parse_sources(src.text, src.where))

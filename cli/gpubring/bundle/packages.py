@@ -240,8 +240,8 @@ def _role_set_facts(role: str) -> dict[str, Any]:
     return out
 
 
-def _plays() -> Iterator[tuple[str, tuple[str, ...]]]:
-    """(hosts pattern, roles) of every play of the phases that install packages."""
+def _plays() -> Iterator[tuple[str, str, tuple[str, ...]]]:
+    """(phase, hosts pattern, roles) of every play of the phases that install packages."""
     for name in PHASE_PLAYBOOKS:
         for play in _read(paths.playbooks_dir() / name) or []:
             roles = tuple(
@@ -249,7 +249,7 @@ def _plays() -> Iterator[tuple[str, tuple[str, ...]]]:
                 for r in play.get("roles") or []
             )
             if roles:
-                yield str(play.get("hosts", "all")), roles
+                yield name.removesuffix(".yml"), str(play.get("hosts", "all")), roles
 
 
 def pattern_groups(pattern: str) -> set[str]:
@@ -476,24 +476,28 @@ def target_releases(inv: Inventory | None = None) -> tuple[OSRelease, ...]:
 
 
 @functools.cache
-def _phase_plays() -> tuple[tuple[frozenset[str], tuple[str, ...]], ...]:
-    return tuple((frozenset(pattern_groups(pattern)), roles) for pattern, roles in _plays())
+def _phase_plays() -> tuple[tuple[str, frozenset[str], tuple[str, ...]], ...]:
+    return tuple((phase, frozenset(pattern_groups(pattern)), roles) for phase, pattern, roles in _plays())
 
 
 def _group_roles(group: str) -> tuple[str, ...]:
     roles: tuple[str, ...] = ()
-    for groups, play_roles in _phase_plays():
+    for _phase, groups, play_roles in _phase_plays():
         if group in groups:
             roles = tuple(dict.fromkeys(roles + play_roles))
     return roles
 
 
 def inventory_packages(inv: Inventory, targets: tuple[OSRelease, ...] | None = None) -> list[ReleasePackages]:
-    """The packages every group of `inv` installs on each release (default: target_releases(inv))."""
+    """The packages every group of `inv` installs on each release (default: target_releases(inv)), in
+    the plays of the phases the inventory runs (its gpubring_phases: a lab that runs no cluster phase
+    installs no kubeadm)."""
     out = []
     for release in target_releases(inv) if targets is None else targets:
         found = ReleasePackages(release)
-        for groups, roles in _phase_plays():
+        for phase, groups, roles in _phase_plays():
+            if phase not in inv.phases:
+                continue
             for group in sorted(g for g in groups if inv.groups.get(g)):
                 walk = _Walk(inv, group, release, roles, found)
                 for role in roles:

@@ -66,6 +66,17 @@ SignKey = Annotated[
     ),
 ]
 
+Only = Annotated[
+    str | None,
+    typer.Option(
+        "--only",
+        metavar="PARTS",
+        help="Build only these parts, comma-separated: apt, files, charts, images (default: all; the "
+        "manifest keeps an earlier run's entries of the others).",
+        show_default=False,
+    ),
+]
+
 
 def _fail(message: str) -> None:
     from gpubring.exitcodes import ExitCode
@@ -76,7 +87,11 @@ def _fail(message: str) -> None:
 
 @app.command("build")
 def build(
-    inventory: InventoryArg, folder: BundleDir, charts: ChartsDir = None, sign_key: SignKey = None
+    inventory: InventoryArg,
+    folder: BundleDir,
+    charts: ChartsDir = None,
+    sign_key: SignKey = None,
+    only: Only = None,
 ) -> None:
     """Fetch what an offline site needs for INVENTORY into DIR: the files the roles download
     (DIR/files, as gpubring_binary_mirror serves them), the Helm charts at their pins (DIR/charts, a Helm
@@ -92,6 +107,15 @@ def build(
     from gpubring.releases import ReleaseRenderError
     from gpubring.yamlfile import Problem
 
+    parts: tuple[str, ...] = bundle.PARTS
+    if only is not None:
+        parts = tuple(dict.fromkeys(p.strip() for p in only.split(",") if p.strip()))
+        unknown = [p for p in parts if p not in bundle.PARTS]
+        if unknown or not parts:
+            _fail(
+                f"--only {only!r}: expected one or more of {', '.join(bundle.PARTS)}, comma-separated"
+                + (f" (not a part: {', '.join(unknown)})" if unknown else "")
+            )
     try:
         bundle.check_folder(folder)
     except bundle.BundleError as exc:
@@ -105,7 +129,9 @@ def build(
         console.print(text, markup=False)
 
     try:
-        result = bundle.build(inv, folder, _bar_output(say, console), charts_dir=charts, sign_key=sign_key)
+        result = bundle.build(
+            inv, folder, _bar_output(say, console), charts_dir=charts, sign_key=sign_key, parts=parts
+        )
     except bundle.BundleError as exc:
         _fail(str(exc))
         raise
