@@ -809,20 +809,34 @@ def test_airgap_bundle_problems_and_kernel(tmp_path: Path) -> None:
     assert airgap.bundle_kernel(bundle, "debian13") is None
 
 
-def test_lab_up_refuses_a_missing_bundle_before_any_container(tmp_path: Path) -> None:
-    args = [
-        "up",
-        "--prefix",
-        PREFIX,
-        "--inventory-dir",
-        str(tmp_path / "lab"),
-        "--airgap",
-        str(tmp_path / "nope"),
-    ]
+@pytest.mark.parametrize("case", ["file", "user-bundle"])
+def test_lab_up_refuses_a_bundle_it_cannot_serve_before_any_container(case: str, tmp_path: Path) -> None:
+    """A file, or a bundle of the user's (not one `lab up` built) without the lab's release: refused."""
+    given = tmp_path / "given"
+    if case == "file":
+        given.write_text("x", encoding="utf-8")
+        expected = f"--airgap {given}: expected a bundle folder"
+    else:
+        (given / "charts").mkdir(parents=True)
+        expected = f"--airgap {given}: no apt repository for debian12 (expected {given}/apt/debian-bookworm/"
+    args = ["up", "--prefix", PREFIX, "--inventory-dir", str(tmp_path / "lab"), "--airgap", str(given)]
     result = CliRunner().invoke(lab_command.app, args)
     assert result.exit_code == 2, result.output
-    assert f"--airgap {tmp_path / 'nope'}: expected a bundle folder" in result.output
+    assert expected in result.output
     assert not (tmp_path / "lab").exists()
+    assert not (given.is_dir() and (given / lab.LAB_BUNDLE_INVENTORY).exists())
+
+
+def test_lab_builds_a_new_empty_or_its_own_bundle_and_serves_the_users_as_it_is(tmp_path: Path) -> None:
+    assert lab.lab_builds_bundle(tmp_path / "new")
+    (tmp_path / "empty").mkdir()
+    assert lab.lab_builds_bundle(tmp_path / "empty")
+    own = _bundle(tmp_path / "own", "debian-bookworm")
+    (own / lab.LAB_BUNDLE_INVENTORY).mkdir()
+    assert lab.lab_builds_bundle(own)
+    assert not lab.lab_builds_bundle(_bundle(tmp_path / "users", "debian-bookworm"))
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    assert not lab.lab_builds_bundle(tmp_path / "file")
 
 
 def test_an_airgapped_lab_stays_airgapped_when_grown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,12 +22,14 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from gpubring.lab.airgap import (
+    RELEASES,
     bundle_kernel,
     bundle_problems,
     ensure_mirror,
@@ -72,6 +74,7 @@ from gpubring.lab.shape import (
     GROUP_CONTROL_PLANE,
     GROUP_CPU,
     GROUP_GPU,
+    SSH_PORT,
     Container,
     LabError,
     LabInputError,
@@ -108,6 +111,7 @@ __all__ = [
     "LABEL_GROUPS",
     "LABEL_INVENTORY",
     "LABEL_PREFIX",
+    "LAB_BUNDLE_INVENTORY",
     "MARKER",
     "Container",
     "LabError",
@@ -121,6 +125,7 @@ __all__ = [
     "Node",
     "PlannedNode",
     "allocate_ports",
+    "build_lab_bundle",
     "check_inventory_dir",
     "check_ownership",
     "declared_variables",
@@ -130,6 +135,7 @@ __all__ = [
     "find_prefix",
     "image_of",
     "known_hosts_lines",
+    "lab_builds_bundle",
     "lab_facts",
     "lab_group_vars",
     "lab_inventory_vars",
@@ -194,6 +200,84 @@ class LabStatus:
     address: str = "127.0.0.1"
 
 
+# In a bundle folder `lab up --airgap` builds: the inventory of the lab's shape it was built for (the
+# mirror serves only apt/, charts/ and files/). Its presence says the lab owns the folder's apt part.
+LAB_BUNDLE_INVENTORY = ".lab-inventory"
+
+
+def lab_builds_bundle(bundle: Path) -> bool:
+    """Whether `lab up --airgap` builds (or completes) the bundle itself: a folder that does not exist
+    yet, an empty one, or one it built before. A bundle of the user's (`gpubring bundle` of another
+    inventory) is served as it is, checked by bundle_problems."""
+    if not bundle.exists():
+        return True
+    return bundle.is_dir() and (not any(bundle.iterdir()) or (bundle / LAB_BUNDLE_INVENTORY).is_dir())
+
+
+def build_lab_bundle(
+    spec: LabSpec,
+    declared: Collection[str],
+    facts: Mapping[str, Mapping[str, Any]],
+    out: Callable[[str], None],
+) -> None:
+    """`gpubring bundle --only apt` for the lab into spec.airgap: what the roles install on the lab's
+    nodes (read from an inventory of the lab's shape and variables, written in the folder's
+    .lab-inventory/), and what `lab up` itself installs on GPU nodes (Debian's kernel and ccache,
+    configure_node), for the lab's releases only. A second build resumes (a warm one takes seconds); two
+    labs building into one folder take turns (flock). LabError names the packages the machine's apt
+    sources cannot give."""
+    import fcntl
+
+    from gpubring import bundle
+    from gpubring.inventory import InventoryError, load_inventory
+
+    assert spec.airgap is not None
+    folder = spec.airgap
+    try:
+        bundle.check_folder(folder)
+    except bundle.BundleError as exc:
+        raise LabInputError(f"--airgap {exc}") from None
+    releases = {d: RELEASES[d] for d in spec.distros if d in RELEASES}
+    extra: dict[str, list[str]] = {}
+    for node in lab_nodes(spec):
+        kernel = facts.get(spec.distro_of(node), {}).get(DEBIAN_KERNEL.name)
+        if kernel and GROUP_GPU in node.groups:
+            extra[releases[spec.distro_of(node)]] = [f"linux-image-{kernel}", "ccache"]
+    with (folder / ".lab-build.lock").open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            out(f"bundle: waiting for another lab's build into {folder}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        shape = replace(spec, inventory_dir=folder / LAB_BUNDLE_INVENTORY, airgap=None)
+        # Addresses of TEST-NET-1 (RFC 5737): nothing connects to this inventory, it is only read.
+        nodes = [
+            PlannedNode(node, SSH_PORT, "create", f"192.0.2.{i}") for i, node in enumerate(lab_nodes(spec), 1)
+        ]
+        write_inventory(shape, nodes, {}, declared, facts)
+        try:
+            inv = load_inventory(shape.inventory_dir)
+        except InventoryError as exc:
+            problems = "; ".join(map(str, exc.problems))
+            raise LabError(f"the lab's inventory for its bundle: {problems}") from None
+        out(f"bundle: the apt packages of the lab's nodes ({', '.join(releases.values())}) into {folder}")
+        result = bundle.build(
+            inv, folder, bundle.Output(out), parts=("apt",), extra_packages=extra, releases=releases.values()
+        )
+    # The bundle plans every group on every release it carries, so a package pinned for one release's
+    # nodes (a GPU node's kernel headers) is also asked of the other: listed, not fatal. What `lab up`
+    # installs itself is needed now.
+    missing = {e.name: e.reason for e in result.missing if e.kind == "apt"}
+    needed = [f"{name}: {missing[name]}" for names in extra.values() for name in names if name in missing]
+    if needed:
+        raise LabError(f"--airgap {folder}: the machine's apt sources do not give " + "; ".join(needed))
+    if missing:
+        out(
+            f"bundle: not in it (a lab run that needs one fails naming it; {folder / 'manifest.json'} says "
+            f"why): {', '.join(sorted(missing))}"
+        )
+
+
 def _start_nodes(spec: LabSpec, plan: LabPlan, out: Callable[[str], None]) -> LabPlan:
     """The network (and an air-gapped lab's mirror), the containers created or started; the plan with
     each air-gapped node's address."""
@@ -228,7 +312,8 @@ def _start_nodes(spec: LabSpec, plan: LabPlan, out: Callable[[str], None]) -> La
 
 def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 120) -> LabPlan:
     """Bring the lab to the asked shape and write its inventory; idempotent."""
-    problems = spec_problems(spec) + bundle_problems(spec)
+    builds = spec.airgap is not None and lab_builds_bundle(spec.airgap)
+    problems = spec_problems(spec) + ([] if builds else bundle_problems(spec))
     if problems:
         raise LabInputError("\n".join(problems))
     check_inventory_dir(spec)
@@ -236,6 +321,8 @@ def up(spec: LabSpec, out: Callable[[str], None] = print, ssh_timeout: float = 1
     ensure_image(spec, out)
     declared = declared_variables()
     facts = lab_facts(spec, facts_by_distro(declared, spec), read_marker(spec.inventory_dir), out)
+    if builds:
+        build_lab_bundle(spec, declared, facts, out)
     if spec.airgap is not None:
         # The kernel the GPU nodes get is the one the bundle carries (the archive may have moved on).
         for distro, found in facts.items():
