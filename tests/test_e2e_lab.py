@@ -101,21 +101,24 @@ def _changed_tasks(proc: subprocess.CompletedProcess[str]) -> str:
     return "\n".join(lines[-40:]) or _tail(proc)
 
 
-# The lab air-gapped (issue 25): GPUBRING_E2E_AIRGAP names a bundle folder (`gpubring bundle` of an
-# inventory of this lab's shape: apt/debian-bookworm and apt/debian-trixie), and `lab up --airgap` puts
-# the lab on an internal network with that bundle's mirror as its only source; every test then runs
-# air-gapped. Unset, the lab runs online, as the test command runs it this round: the bundle's apt part
-# (helper B's) and `gpubring bundle` landed during the round and a second lab does not fit the CI budget.
-AIRGAP = os.environ.get("GPUBRING_E2E_AIRGAP", "")
-AIRGAP_ONLY = pytest.mark.skipif(
-    not AIRGAP,
-    reason="the e2e lab runs online: set GPUBRING_E2E_AIRGAP=BUNDLE_DIR to run it air-gapped",
+# The lab runs air-gapped (issue 25 item 3): `lab up --airgap DIR` builds the apt part of a bundle for
+# the lab's nodes into DIR (`gpubring bundle --only apt` of an inventory of the lab's shape, with the
+# kernel and ccache `lab up` installs on GPU nodes), puts the nodes on an internal network with no route
+# out and a mirror container serving DIR as their only apt source. So every `up` below, the first host
+# phase with its DKMS build included, installs from the bundle alone. DIR is this machine's cache (a
+# second test run resumes it in seconds; GPUBRING_E2E_BUNDLE names another). GPUBRING_E2E_ONLINE=1
+# runs the lab online instead, to tell an air-gap problem from another.
+ONLINE = os.environ.get("GPUBRING_E2E_ONLINE", "") == "1"
+BUNDLE = Path(
+    os.environ.get("GPUBRING_E2E_BUNDLE")
+    or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpubring" / "e2e-bundle"
 )
+AIRGAP_ONLY = pytest.mark.skipif(ONLINE, reason="GPUBRING_E2E_ONLINE=1: the e2e lab runs online")
 
 
 @pytest.fixture(scope="module")
 def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A running 3-node lab (control plane, GPU node, CPU node), air-gapped with GPUBRING_E2E_AIRGAP;
+    """A running 3-node lab (control plane, GPU node, CPU node), air-gapped unless GPUBRING_E2E_ONLINE=1;
     `gpubring lab down` always runs afterwards, whatever the tests did."""
     engine = subprocess.run(
         ["bash", str(REPO / "scripts" / "engine.sh")], capture_output=True, text=True, check=False
@@ -125,7 +128,7 @@ def lab_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     base = tmp_path_factory.mktemp("e2e-lab")
     inventory = base / "lab"
     try:
-        airgap = ("--airgap", AIRGAP) if AIRGAP else ()
+        airgap = () if ONLINE else ("--airgap", BUNDLE)
         up = gpubring(
             "lab", "up", *SHAPE, *airgap, "--prefix", PREFIX, "--inventory-dir", inventory, timeout=1800,
         )  # fmt: skip
@@ -201,21 +204,19 @@ def test_host_key_checking_is_on(lab_dir: Path) -> None:
     assert "Host key verification failed" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
 
 
-def test_a_download_no_mirror_covers_fails_preflight_in_seconds(lab_dir: Path) -> None:
+def test_a_download_no_mirror_covers_fails_preflight_naming_it(lab_dir: Path) -> None:
     """The container toolkit owned by the host needs NVIDIA's repository, which neither the air-gapped
     lab nor this machine reaches, and gpubring_apt_mirror is empty: the preflight phase fails on the GPU
-    node within seconds naming the download and the variable (not a timeout later in the host phase),
+    node naming the download and the variable (not a timeout later in the host phase),
     and changes nothing."""
-    started = time.monotonic()
     run = gpubring(
         "up", lab_dir, "--only", "preflight", "-e", "nvidia_container_toolkit_owner=host", timeout=300
     )
-    seconds = time.monotonic() - started
     out = " ".join((run.stdout + run.stderr).split())  # the summary wraps long lines
     assert run.returncode != 0, _tail(run)
+    # The preflight check's own line (a run that timed out later would name no download or variable).
     assert "download out of reach: https://nvidia.github.io/libnvidia-container/gpgkey" in out, _tail(run)
     assert "set gpubring_apt_mirror to a mirror this host reaches" in out, _tail(run)
-    assert seconds < 120, seconds  # the whole preflight phase of three nodes; the check itself 5 s at most
     assert "Traceback" not in out
 
 
