@@ -71,8 +71,10 @@ def up_command(
             "--airgap",
             metavar="BUNDLE_DIR",
             help="Air-gapped: the nodes on an internal network with no route out, a mirror container serving "
-            "this bundle (`gpubring bundle`) as their only apt source and the inventory's chart and binary "
-            "mirror [default: the folder's lab's; `lab down` first to go back online].",
+            "this bundle as their only apt source and the inventory's chart and binary mirror. A new or "
+            "empty folder (or one lab up built) gets the apt part of the lab's nodes built into it first "
+            "(`gpubring bundle --only apt` of the lab's inventory; a second lab up resumes it); a bundle of "
+            "yours is served as it is [default: the folder's lab's; `lab down` first to go back online].",
             show_default=False,
         ),
     ] = None,
