@@ -8,11 +8,12 @@ the node, that apt names only the mirror and that a TCP connection out (1.1.1.1:
 `-e nvidia_container_toolkit_owner=host` (NVIDIA's repository needed, gpubring_apt_mirror empty) makes
 the preflight phase fail within seconds naming the download and the variable.
 
-    .venv/bin/python benchmarks/airgap_host_phase.py --bundle DIR [--modes airgap,online]
+    .venv/bin/python benchmarks/airgap_host_phase.py [--bundle DIR] [--modes airgap,online]
 
-The bundle: `gpubring bundle INVENTORY DIR` for an inventory with a Debian 12 GPU node (DIR/apt/
-debian-bookworm/). Both modes share the lab's compiler cache (ccache), so the second mode's DKMS build
-reads what the first wrote: run the modes in both orders, or compare the second runs, for fair figures.
+The bundle: the one `lab up --airgap` builds for the lab (the default folder, under ~/.cache), or
+`gpubring bundle INVENTORY DIR` of an inventory with a Debian 12 GPU node (DIR/apt/debian-bookworm/).
+Both modes share the lab's compiler cache (ccache), so the second mode's DKMS build reads what the first
+wrote: run the modes in both orders, or compare the second runs, for fair figures.
 """
 
 from __future__ import annotations
@@ -90,7 +91,13 @@ def one(mode: str, bundle: Path | None, workdir: Path) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bundle", type=Path, required=True, help="a bundle folder with apt/debian-bookworm")
+    parser.add_argument(
+        "--bundle",
+        type=Path,
+        default=Path.home() / ".cache" / "gpubring" / "airgap-bench-bundle",
+        help="the bundle folder: `lab up --airgap` builds its apt part there when it is new, empty or its "
+        "own (default: %(default)s); a bundle of yours with apt/debian-bookworm is served as it is",
+    )
     parser.add_argument("--modes", default="airgap,online")
     args = parser.parse_args()
     rows = []
