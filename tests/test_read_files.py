@@ -1,0 +1,54 @@
+"""gpubring.core.read_files (issue 26 item 1): the module that reads several small files, or looks for
+them, in one call where the roles ran a stat or slurp task per file. Its functions called directly on real
+files; tests/test_task_counts.py runs it through ansible-playbook (verify's sysctl checks)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from helpers import REPO
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "read_files", REPO / "plugins" / "modules" / "read_files.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_each_file_read_missing_or_unreadable(tmp_path: Path) -> None:
+    read_files = _module()
+    text = tmp_path / "flag.pkgs"
+    text.write_text("gpubring-kernel-cmdline\n")
+    binary = tmp_path / "tool"
+    binary.write_bytes(b"\x7fELF\xff\x00")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    missing, under_a_file = str(tmp_path / "none"), str(text / "below")
+
+    files = read_files.read_all(
+        [str(text), missing, under_a_file, str(folder), str(binary)], [str(binary), missing], 1 << 20
+    )
+    assert files[str(text)] == {"exists": True, "content": "gpubring-kernel-cmdline\n", "error": ""}
+    assert files[missing] == {"exists": False, "content": None, "error": ""}
+    assert files[under_a_file] == {"exists": False, "content": None, "error": ""}
+    assert files[str(folder)]["exists"] and files[str(folder)]["content"] is None
+    assert files[str(folder)]["error"] == "Is a directory"
+    assert files[str(binary)]["content"] == "\x7fELF\ufffd\x00"  # read: the path is in both lists
+    only_looked_for = read_files.read_all([], [str(binary), missing], 1 << 20)
+    assert only_looked_for == {
+        str(binary): {"exists": True, "content": None, "error": ""},
+        missing: {"exists": False, "content": None, "error": ""},
+    }
+    assert read_files.read_all([str(text)], [], 8)[str(text)]["content"] == "gpubring"
+    # A /proc/sys value, as verify's sysctl check reads it.
+    assert read_files.read("/proc/sys/kernel/ostype", 1 << 20) == {
+        "exists": True,
+        "content": "Linux\n",
+        "error": "",
+    }
