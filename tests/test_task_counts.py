@@ -10,6 +10,10 @@ cluster smoke tests on a host whose control plane has no cluster yet (the lab, a
 about 90 skipped tasks before), and preflight's wait for a busy package manager when it is free (three
 skipped tasks at the start of every play that installs packages). A real run of each on this machine
 counts what it scheduled.
+
+Reads folded into one module call (gpubring.core.read_files) where a role ran a stat or slurp task per
+file, or a loop of them: verify's sysctl checks (a slurp per sysctl before), and the toolkit role on a
+node whose toolkit the GPU Operator owns (its host-side steps one skipped include, five before).
 """
 
 from __future__ import annotations
@@ -290,3 +294,47 @@ def test_the_sysctl_check_reads_every_value_in_one_call(tmp_path: Path) -> None:
     assert f"kernel.pid_max is {pid_max}, expected {int(pid_max) + 1}" in check["msg"]
     assert "kernel.gpubring_no_such_sysctl is unknown to the running kernel" in check["msg"]
     assert "kernel.ostype" not in check["msg"]
+
+
+def test_a_node_whose_toolkit_the_operator_owns_schedules_no_host_toolkit_work(tmp_path: Path) -> None:
+    """nvidia_container_toolkit on a GPU node whose toolkit the GPU Operator owns (the lab's, and every
+    cluster that lets the operator install it): the host's repository, packages, drop-in, config and CDI
+    steps are one skipped include (five skipped includes before), and the operator side reads the drop-in
+    in one call (a stat and a slurp before). A real run of the role on localhost."""
+    dropin = tmp_path / "99-nvidia.toml"
+    dropin.write_text("# the GPU Operator's own drop-in\n")
+    play = {
+        "hosts": "localhost",
+        "connection": "local",
+        "gather_facts": False,
+        "name": "operator owns the toolkit",
+        "vars": {"ansible_python_interpreter": sys.executable},
+        "tasks": [
+            {
+                "name": "The toolkit role",
+                "ansible.builtin.include_role": {"name": "gpubring.core.nvidia_container_toolkit"},
+                "vars": {
+                    "nvidia_container_toolkit_owner": "operator",
+                    "nvidia_container_toolkit_version": "1.17.8",
+                    "nvidia_container_toolkit_containerd_dropin": str(dropin),
+                    "ansible_facts": {
+                        "os_family": "Debian", "distribution": "Debian", "distribution_major_version": "12",
+                        "distribution_version": "12.8", "distribution_release": "bookworm",
+                        "architecture": "x86_64",
+                    },
+                },
+            }
+        ],
+    }  # fmt: skip
+    playbook = tmp_path / "toolkit.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    result = _run_json(playbook, tmp_path / "facts")
+    seen = _results(result, "operator owns the toolkit")
+    assert seen.get("Install and configure the toolkit on the host") == "skipped", seen
+    assert "Configure NVIDIA's apt repository" not in seen and "Generate the CDI spec" not in seen, seen
+    assert seen.get("Read the nvidia runtime drop-in") == "ok", seen
+    # The operator's drop-in (no marker of the role) stays.
+    assert seen.get("Remove the drop-in that this role wrote while the host owned the toolkit") == "skipped"
+    assert dropin.read_text() == "# the GPU Operator's own drop-in\n"
+    # 16 before (7 skipped: five includes of the host's steps), with a stat and a slurp; 11 now (3 skipped).
+    assert len(seen) <= 11, seen
