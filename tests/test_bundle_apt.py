@@ -416,3 +416,10 @@ def test_only_the_phases_the_inventory_runs_are_bundled(tmp_path: Path) -> None:
     assert not any(i.role == "kubernetes_packages" for i in found.installs)
     assert "kubernetes_packages" not in {s.role for s in found.sources}
     assert _installs(found, "gpu_nodes", "nvidia_driver") == _installs(whole, "gpu_nodes", "nvidia_driver")
+    # A phase it dry-runs (gpubring_phases_check_only, as the lab's cluster phase) is bundled: apt's
+    # check mode needs each package's candidate (python3-kubernetes of the control plane).
+    (root / "group_vars" / "all" / "zz_check.yml").write_text(
+        "gpubring_phases_check_only: [cluster, platform]\n", encoding="utf-8"
+    )
+    (dry,) = packages.inventory_packages(load_inventory(root), (BOOKWORM,))
+    assert "python3-kubernetes" in _installs(dry, "control_plane", "kubeadm_control_plane")

@@ -490,13 +490,15 @@ def _group_roles(group: str) -> tuple[str, ...]:
 
 def inventory_packages(inv: Inventory, targets: tuple[OSRelease, ...] | None = None) -> list[ReleasePackages]:
     """The packages every group of `inv` installs on each release (default: target_releases(inv)), in
-    the plays of the phases the inventory runs (its gpubring_phases: a lab that runs no cluster phase
-    installs no kubeadm)."""
+    the plays of the phases the inventory runs or dry-runs (gpubring_phases and
+    gpubring_phases_check_only: apt's check mode needs a package's candidate too; an inventory that
+    leaves the cluster phase out installs no kubeadm)."""
     out = []
+    phases = {*inv.phases, *inv.phases_check_only}
     for release in target_releases(inv) if targets is None else targets:
         found = ReleasePackages(release)
         for phase, groups, roles in _phase_plays():
-            if phase not in inv.phases:
+            if phase not in phases:
                 continue
             for group in sorted(g for g in groups if inv.groups.get(g)):
                 walk = _Walk(inv, group, release, roles, found)
