@@ -220,19 +220,45 @@ def test_a_download_no_mirror_covers_fails_preflight_naming_it(lab_dir: Path) ->
     assert "Traceback" not in out
 
 
+def _archive_host() -> str | None:
+    """The host of this machine's first apt source (its own configuration; no registry named here)."""
+    for path in [*sorted(Path("/etc/apt").glob("sources.list.d/*.sources")), Path("/etc/apt/sources.list")]:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        found = re.search(r"^(?:URIs:|deb(?:\s+\[[^]]*\])?)\s+https?://([^/\s:]+)", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    return None
+
+
+_CONNECT = (
+    "import socket, sys\n"
+    "try:\n"
+    "    socket.create_connection((sys.argv[1], 80), timeout=5).close()\n"
+    "    print('OPEN')\n"
+    "except OSError as exc:\n"
+    "    print('CLOSED', exc)\n"
+)
+
+
 @AIRGAP_ONLY
 def test_an_airgapped_node_reaches_nothing_but_the_mirror(lab_dir: Path) -> None:
-    """From inside each node: apt's sources name only the lab's mirror, a TCP connection out fails, and
-    the mirror answers."""
+    """From inside each node: apt's sources name only the lab's mirror, the Debian archive this machine
+    installs from (which this machine reaches) cannot be reached, and the mirror answers."""
     mirror = f"http://{PREFIX}-mirror/apt/"
+    archive = _archive_host()
+    assert archive, "no apt source on this machine to try from the nodes"
+    here = subprocess.run(
+        [sys.executable, "-c", _CONNECT, archive], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert here.stdout.startswith("OPEN"), f"this machine does not reach {archive}: {here.stdout}"
     for node in sorted(NODES):
         sources = on(
             node, "grep -rhv '^#' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null || true"
         )
         lines = [ln for ln in sources.stdout.splitlines() if ln.strip()]
         assert lines and all(mirror in ln for ln in lines), (node, lines)
-        out = on(node, "timeout 10 bash -c 'exec 3<>/dev/tcp/1.1.1.1/443' && echo OPEN || echo CLOSED")
-        assert out.stdout.strip() == "CLOSED", (node, out.stdout, out.stderr)
+        out = on(node, f"python3 -c \"$(cat <<'EOF'\n{_CONNECT}EOF\n)\" {archive}")
+        assert out.stdout.startswith("CLOSED"), (node, archive, out.stdout, out.stderr)
         fetched = on(
             node, f"python3 -c 'import urllib.request as u; print(u.urlopen(\"{mirror}\", timeout=5).status)'"
         )
