@@ -566,9 +566,11 @@ def test_upgrade_plans_from_the_record_and_its_playbook_reads_every_node(lab_dir
 HOST_PLAY = "Host setup on every node"  # the first play of playbooks/host.yml
 
 
-def _started(lab: Path, before: set[Path], task_of_role: str) -> Path | None:
+def _started(lab: Path, before: set[Path], task_of_role: str, host: str | None = None) -> Path | None:
     """The run folder of the run started after `before` once one of its events is a task of the role
-    `task_of_role` starting in the host play; None until then."""
+    `task_of_role` starting in the host play (on `host`, when given: the host phase runs in shards,
+    each at its own pace, so a task starting in one shard says nothing of a host in another); None
+    until then."""
     runs = lab / ".gpubring" / "runs"
     for folder in sorted(set(runs.iterdir()) - before):
         for path in folder.glob("artifacts/*/job_events/*.json"):
@@ -577,17 +579,22 @@ def _started(lab: Path, before: set[Path], task_of_role: str) -> Path | None:
             except (OSError, ValueError):
                 continue  # being written
             data = event.get("event_data") or {}
+            kind = "runner_on_start" if host else "playbook_on_task_start"
             if (
-                event.get("event") == "playbook_on_task_start"
+                event.get("event") == kind
                 and data.get("play") == HOST_PLAY
                 and data.get("role") == task_of_role
+                and (host is None or data.get("host") == host)
             ):
                 return folder
     return None
 
 
-def _start_up_and_wait_for(lab: Path, role: str, *extra: str) -> tuple[subprocess.Popen[str], Path]:
-    """`gpubring up LAB --only host` in a child process, returned once a task of `role` has started."""
+def _start_up_and_wait_for(
+    lab: Path, role: str, *extra: str, host: str | None = None
+) -> tuple[subprocess.Popen[str], Path]:
+    """`gpubring up LAB --only host` in a child process, returned once a task of `role` has started
+    (on `host`, when given)."""
     runs = lab / ".gpubring" / "runs"
     before = set(runs.iterdir())
     child = subprocess.Popen(
@@ -597,7 +604,7 @@ def _start_up_and_wait_for(lab: Path, role: str, *extra: str) -> tuple[subproces
     )  # fmt: skip
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and child.poll() is None:
-        folder = _started(lab, before, role)
+        folder = _started(lab, before, role, host)
         if folder is not None:
             return child, folder
         time.sleep(0.5)
@@ -621,7 +628,7 @@ def test_a_node_that_dies_mid_host_phase_is_named_and_a_rerun_converges(
     """A GPU node's container is killed while the host phase runs: the other nodes finish, the summary
     names the dead node, exit 4; once it is started again, a re-run converges (exit 0, nothing failed)."""
     victim = GPU
-    child, _ = _start_up_and_wait_for(lab_dir, "kernel", "--json", str(tmp_path / "dead.json"))
+    child, _ = _start_up_and_wait_for(lab_dir, "kernel", "--json", str(tmp_path / "dead.json"), host=victim)
     try:
         killed = subprocess.run(["docker", "kill", victim], capture_output=True, text=True, check=False)
         assert killed.returncode == 0, killed.stderr
