@@ -74,7 +74,9 @@ def test_the_role_writes_only_what_it_owns() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text(encoding="utf-8"))
     assert defaults["nvidia_container_toolkit_accept_envvar_unprivileged"] is False
     assert defaults["nvidia_container_toolkit_accept_volume_mounts"] is True
-    assert "config.yml" in (ROLE / "tasks" / "main.yml").read_text(encoding="utf-8")
+    # The role runs it: main.yml includes the host-owned steps (host.yml), which include config.yml.
+    assert "include_tasks: host.yml" in (ROLE / "tasks" / "main.yml").read_text(encoding="utf-8")
+    assert "include_tasks: config.yml" in (ROLE / "tasks" / "host.yml").read_text(encoding="utf-8")
 
 
 @pytest.mark.slow
