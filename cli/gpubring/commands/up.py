@@ -14,6 +14,14 @@ from gpubring.runopts import RunOptions
 
 # For tests and playbook development: run phase playbooks (preflight.yml, ...) from another folder.
 PlaybooksDir = Annotated[Path | None, typer.Option("--playbooks-dir", hidden=True)]
+Full = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Run the host phase's roles on every host, also on those unchanged since their last complete "
+        "run (which a run otherwise leaves out: docs/operations.md, 'Hosts left as they are').",
+    ),
+]
 
 
 def _bad_input(message: str) -> NoReturn:
@@ -29,6 +37,7 @@ def command(
     only: Only = None,
     from_phase: FromPhase = None,
     playbooks_dir: PlaybooksDir = None,
+    full: Full = False,
     run: RunOptions,
 ) -> None:
     """Bring the cluster up: preflight, host, cluster, platform, verify (or the phases asked for).
@@ -79,6 +88,7 @@ def command(
         serial=str(inv.settings["gpubring_serial"]),
         options=run,
         phase_option=phase_option,
+        host_full=full,
     )
     step = steps.Step(settings, record=steps.Record(pins=selection.run))
     outcome = steps.run_steps(

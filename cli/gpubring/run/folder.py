@@ -21,6 +21,7 @@ from gpubring import paths, runstore
 from gpubring.events import (
     PhasePlay,
 )
+from gpubring.run import hoststate
 from gpubring.run.settings import RunSettings
 from gpubring.runopts import ExtraVarsSource
 
@@ -122,6 +123,9 @@ def cmdline(settings: RunSettings, folder: Path) -> str:
     play_vars: dict[str, Any] = {}
     if settings.serial is not None:
         play_vars["gpubring_serial"] = settings.serial
+    play_vars[hoststate.INPUTS_VAR] = hoststate.inputs_digest(settings)
+    if settings.host_full:
+        play_vars[hoststate.FAST_VAR] = False
     vars_dir = folder / "vars"
     vars_dir.mkdir(mode=0o700, exist_ok=True)
     if play_vars:

@@ -34,6 +34,9 @@ class RunSettings:
     # Seconds a cancelled run waits for the package work of the hosts that had a task in flight;
     # None: -e gpubring_cancel_wait_timeout, else the inventory's setting (settings.yml: 300).
     cancel_wait_timeout: int | None = None
+    # `up --full`: every host goes through the host phase's roles, even one whose record says it is
+    # unchanged since its last complete run (gpubring.run.hoststate, playbooks/host.yml).
+    host_full: bool = False
 
 
 @dataclass(frozen=True)
