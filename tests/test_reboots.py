@@ -56,7 +56,7 @@ def test_host_yml_reboots_last_in_gpubring_serial_batches() -> None:
     plays = yaml.safe_load(HOST_YML.read_text())
     last = plays[-1]
     assert [r["role"] for r in last["roles"]] == ["gpubring.core.reboot"]
-    # Every host the host phase works on (the hosts left as they are skip the whole phase: host.yml's first play).
+    # The hosts the host phase works on (those left as they are skip it: host.yml's first play).
     assert last["hosts"] == "gpubring_host_to_converge"
     assert "gpubring_serial" in last["serial"]
     # No other play reboots: the roles only flag.
