@@ -1,11 +1,12 @@
-"""Sharded runs (issue 26 item 2): the host phase as several ansible-playbook processes over disjoint
-slices of the hosts, merged into one run (gpubring.run.shards).
+"""Sharded runs (issue 26 item 2): preflight, the host phase and verify's per-host plays as several
+ansible-playbook processes over disjoint slices of the hosts, merged into one run (gpubring.run.shards).
 
 The real runs are real ansible-playbook runs (ansible-runner, as `gpubring up` starts them) of tiny
-phase playbooks (tests/data/shards/phases: the host phase's three plays, serial batches included) on
-five inventory names of this machine over the local connection. The same run with one shard (today's
-one process) and with two must give the same per-host stats, failures and exit code; a SIGTERM to a
-sharded `gpubring up` stops every shard (exit 3) and leaves no process of the run behind.
+phase playbooks (tests/data/shards/phases: the host phase's three plays, serial batches included;
+preflight and verify's per-host and once parts, with the real collision check) on five inventory names
+of this machine over the local connection. The same run with one shard (today's one process) and with
+two must give the same per-host stats, failures and exit code; a SIGTERM to a sharded `gpubring up`
+stops every shard (exit 3) and leaves no process of the run behind.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from gpubring import formats, view
@@ -31,10 +34,11 @@ from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.run import process, shards
 from gpubring.run.cancel import CancelFlag
+from gpubring.run.folder import plays_of
 from gpubring.run.session import Session
 from gpubring.run.settings import RunResult, RunSettings
 from gpubring.runopts import RunOptions, parse_extra_vars
-from helpers import DATA, closed_port, inventory_problems
+from helpers import DATA, REPO, closed_port, inventory_problems
 
 SHARDS = DATA / "shards"
 PHASES = SHARDS / "phases"
@@ -108,26 +112,57 @@ def test_a_bad_gpubring_shards_is_refused_with_the_file_and_key(inventory: Path)
     ]
 
 
-def test_the_plan_shards_only_the_host_phase(inventory: Path) -> None:
+def test_the_plan_shards_the_per_host_work_and_keeps_what_compares_hosts_once(inventory: Path) -> None:
+    """Over the real playbooks/: preflight, host and verify's per-host plays per slice; the collision
+    check first in the step after preflight's shards; cluster and platform, then the smoke tests and the
+    fabric test, once each, in order."""
     inv = load_inventory(inventory, check_rules=False)
     base = RunSettings(
         inventory_root=inventory,
         hosts_file=inventory / "hosts.yml",
-        phases=("preflight", "host", "cluster", "verify"),
+        phases=("preflight", "host", "cluster", "platform", "verify"),
         options=RunOptions(shards=2),
     )
     plan = shards.plan(base, inv)
     assert plan is not None and plan.shards == 2
-    assert [(s.phases, s.sharded) for s in plan.segments] == [
-        (("preflight",), False),
-        (("host",), True),
-        (("cluster", "verify"), False),
+    assert [(s.stems, s.sharded) for s in plan.segments] == [
+        (("preflight",), True),
+        (("preflight_collisions", "host"), True),
+        (("cluster", "platform"), False),
+        (("verify_hosts",), True),
+        (("verify_smoke", "verify_fabric"), False),
     ]
+    assert plan.segments[1].phases == ("preflight", "host")
     assert plan.gpu == GPU
+    steps = {
+        ("preflight",): [(("preflight",), True), (("preflight_collisions",), False)],
+        ("verify",): [(("verify_hosts",), True), (("verify_smoke", "verify_fabric"), False)],
+        ("preflight", "verify"): [  # two phases never share a sharded step
+            (("preflight",), True),
+            (("preflight_collisions", "verify_hosts"), True),
+            (("verify_smoke", "verify_fabric"), False),
+        ],
+        ("host", "verify"): [
+            (("host",), True),
+            (("verify_hosts",), True),
+            (("verify_smoke", "verify_fabric"), False),
+        ],
+    }
+    for phases, expected in steps.items():  # --only preflight, --only verify, --from ...
+        planned = shards.plan(replace(base, phases=phases), inv)
+        assert planned is not None and [(s.stems, s.sharded) for s in planned.segments] == expected
+    # verify.yml (one process) is its per-host plays, then the fabric test: the same plays, in order.
+    assert plays_of(REPO / "playbooks" / "verify.yml") == [
+        *plays_of(REPO / "playbooks" / "verify_hosts.yml"),
+        *plays_of(REPO / "playbooks" / "verify_fabric.yml"),
+    ]
     one = RunSettings(inventory_root=inventory, hosts_file=inventory / "hosts.yml", phases=("host",))
     assert shards.plan(one, inv, cores=1) is None  # auto on one core: one process
-    assert shards.plan(base.__class__(**{**base.__dict__, "options": RunOptions(shards=1)}), inv) is None
-    assert shards.plan(base.__class__(**{**base.__dict__, "phases": ("verify",)}), inv) is None
+    assert shards.plan(replace(base, options=RunOptions(shards=1)), inv) is None
+    assert shards.plan(replace(base, phases=("cluster", "platform")), inv) is None  # nothing per host
+    # A phase playbooks folder without the split files (another --playbooks-dir): one process, as before.
+    segments = shards.segments_of(("preflight", "host", "verify"), SHARDS)
+    assert [(s.stems, s.sharded) for s in segments] == [(("preflight", "host", "verify"), False)]
     limited = base.__class__(**{**base.__dict__, "options": RunOptions(shards=4, limit="n1")})
     assert shards.plan(limited, inv) is None  # one host
     by_e = RunOptions(extra_vars=parse_extra_vars(["gpubring_shards=3"]))
@@ -138,18 +173,18 @@ def test_the_plan_shards_only_the_host_phase(inventory: Path) -> None:
 # --- real runs ------------------------------------------------------------------------------------------
 
 
-def _run(inventory: Path, count: int, **extra: str) -> RunResult:
+def _run(inventory: Path, count: int, phases: tuple[str, ...] = ("host",), **extra: object) -> RunResult:
     settings = RunSettings(
         inventory_root=inventory,
         hosts_file=inventory / "hosts.yml",
         command="test",
-        phases=("host",),
+        phases=phases,
         playbooks_dir=PHASES,
         serial="100%",
         options=RunOptions(
             accelerate=False,
             shards=count,
-            extra_vars=parse_extra_vars([f"{k}={v}" for k, v in extra.items()]),
+            extra_vars=parse_extra_vars([json.dumps(extra)] if extra else []),
         ),
     )
     return process.run(settings)
@@ -306,16 +341,25 @@ def test_merged_events_sum_the_counts_announce_each_play_once_and_list_failures_
 
 
 def _fake_steps(
-    inventory: Path, outcome: Callable[[Session, str], tuple[int | None, str]]
+    inventory: Path,
+    outcome: Callable[[Session, str], tuple[int | None, str]],
+    phases: tuple[str, ...] = ("preflight", "host", "verify"),
 ) -> tuple[tuple[int | None, str], list[str]]:
-    """shards.run over preflight, host (2 shards), verify with `outcome` standing in for each
-    ansible-playbook; the idents of the processes it started, in order."""
+    """shards.run over `phases` with `outcome` standing in for each ansible-playbook; the idents of the
+    processes it started, in order. By default preflight and verify are one process each (their phase
+    playbooks without the split files), the host phase two shards."""
     inv = load_inventory(inventory, check_rules=False)
+    playbooks = PHASES
+    if phases == ("preflight", "host", "verify"):
+        playbooks = inventory / "phases"
+        playbooks.mkdir(exist_ok=True)
+        for name in ("preflight.yml", "host.yml", "verify.yml"):
+            shutil.copy(PHASES / name, playbooks / name)
     settings = RunSettings(
         inventory_root=inventory,
         hosts_file=inventory / "hosts.yml",
-        phases=("preflight", "host", "verify"),
-        playbooks_dir=PHASES,
+        phases=phases,
+        playbooks_dir=playbooks,
         serial="100%",
         options=RunOptions(shards=2),
     )
@@ -329,6 +373,11 @@ def _fake_steps(
     def run_one(session: Session, playbook: Path, inventories: object, **kw: str) -> tuple[int | None, str]:
         started.append(kw["ident"])
         LIMITS[kw["ident"]] = kw["limit"]
+        files = [a[1:] for a in kw["args"].split() if a.startswith("@") and "gpubring-shard-" in a]
+        VALUES[kw["ident"]] = {k: v for f in files for k, v in json.loads(Path(f).read_text()).items()}
+        PLAYBOOKS[kw["ident"]] = [
+            Path(p["ansible.builtin.import_playbook"]).stem for p in yaml.safe_load(playbook.read_text())
+        ]
         return outcome(session, kw["ident"])
 
     result = shards.run(settings, folder, main, the_plan, inventories=[], run_one=run_one)
@@ -336,6 +385,8 @@ def _fake_steps(
 
 
 LIMITS: dict[str, str | None] = {}
+VALUES: dict[str, dict[str, object]] = {}
+PLAYBOOKS: dict[str, list[str]] = {}
 
 
 def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: Path) -> None:
@@ -405,3 +456,86 @@ def test_what_stops_a_sharded_run_between_its_steps(inventory: Path, tmp_path: P
     assert LIMITS["run-1"] is None
     assert sorted(",".join(filter(None, (LIMITS["run-2-1"], LIMITS["run-2-2"]))).split(",")) == list(HOSTS)
     assert LIMITS["run-3"] == "n1,n2,n4"
+
+
+def test_preflight_and_verify_shards_then_the_once_steps_on_the_hosts_left(inventory: Path) -> None:
+    """--only preflight,verify in two shards (the test's phase playbooks, split as playbooks/ is): n3
+    fails preflight in its shard. The step after compares the others with all five hosts preflight read
+    (gpubring_preflight_peers), then verify's per-host plays, per slice of the four left; the smoke and
+    fabric tests run once on them, without gpubring_sharded (the smoke tests run there, not per shard)."""
+
+    def n3_fails_preflight(session: Session, ident: str) -> tuple[int | None, str]:
+        if ident.startswith("run-1-"):  # each shard's playbook ran to its last play
+            session.emit(PlayStart(name="Preflight checks on every host", pattern="all", phase="preflight"))
+        if ident.startswith("run-1-") and "n3" in str(LIMITS[ident]).split(","):
+            session.emit(PlaybookStats(hosts={"n3": HostCounts(failed=1)}))
+            return 2, "failed"
+        return 0, "successful"
+
+    (rc, _status), started = _fake_steps(inventory, n3_fails_preflight, phases=("preflight", "verify"))
+    assert (rc, started) == (2, ["run-1-1", "run-1-2", "run-2-1", "run-2-2", "run-3"])
+    assert [PLAYBOOKS[i] for i in ("run-1-1", "run-2-1", "run-3")] == [
+        ["preflight"],
+        ["preflight_collisions", "verify_hosts"],
+        ["verify_smoke", "verify_fabric"],
+    ]
+    first = [set(str(LIMITS[f"run-1-{i}"]).split(",")) for i in (1, 2)]
+    assert first[0] | first[1] == set(HOSTS) and not first[0] & first[1]
+    second = [set(str(LIMITS[f"run-2-{i}"]).split(",")) for i in (1, 2)]
+    assert second[0] | second[1] == {"n1", "n2", "n4", "n5"} and not second[0] & second[1]
+    assert LIMITS["run-3"] == "n1,n2,n4,n5"
+    for ident in ("run-1-1", "run-1-2"):
+        assert VALUES[ident] == {"gpubring_sharded": True}
+    for ident in ("run-2-1", "run-2-2"):
+        assert VALUES[ident] == {"gpubring_sharded": True, "gpubring_preflight_peers": list(HOSTS)}
+    assert VALUES["run-3"] == {}  # no -e file: the once step is as one process runs it
+
+
+# What each host reports (host name, default IPv4): n1 (a control plane) and n4 (a GPU node) share a
+# host name; the two shards put them apart (slices: n2, n4, n5 and n1, n3).
+RECORDED = {
+    "n1": ["alpha", "10.0.0.1"],
+    "n2": ["beta", "10.0.0.2"],
+    "n3": ["gamma", "10.0.0.3"],
+    "n4": ["alpha", "10.0.0.4"],
+    "n5": ["epsilon", "10.0.0.5"],
+}
+
+
+def _smoke_nodes(result: RunResult) -> list[str]:
+    """What the smoke tests' stand-in found to test (the GPU nodes' RDMA devices), from the events."""
+    found = []
+    for path in sorted(result.run_folder.glob("artifacts/*/job_events/*.json")):
+        event = json.loads(path.read_text())
+        data = event.get("event_data") or {}
+        if event.get("event") == "runner_on_ok" and data.get("task") == "Pick the GPU nodes to test":
+            found.append(str(data["res"]["msg"]))
+    return found
+
+
+def test_hosts_that_collide_across_shards_fail_preflight_as_in_one_process(inventory: Path) -> None:
+    """The real collision check (playbooks/preflight_collisions.yml, roles/preflight/tasks/collisions.yml)
+    after two preflight shards, on the facts they left in the fact cache: n1 and n4, read by different
+    shards, both fail with one process's words, naming each other, and nothing of verify runs on them;
+    the smoke tests (once, after verify's shards) find the GPU nodes left from the verdicts the shards
+    kept. Checked to fail without the step: each shard saw one of the two hosts only, and passed it."""
+    one = _run(inventory, 1, phases=("preflight", "verify"), recorded=RECORDED)
+    two = _run(inventory, 2, phases=("preflight", "verify"), recorded=RECORDED)
+    expected = [
+        ("n1", "preflight: 1 problem(s) on n1:\nhost name alpha is also the host name of n4 in this play"),
+        ("n4", "preflight: 1 problem(s) on n4:\nhost name alpha is also the host name of n1 in this play"),
+    ]
+    for result in (one, two):
+        assert [(f.host, f.message) for f in result.state.final_failures()] == expected
+        assert {f.task for f in result.state.final_failures()} == {
+            "Fail a host that is not fit, with every problem"
+        }
+        assert result.exit_code == ExitCode.TASK_FAILED
+        assert _smoke_nodes(result) == ["mlx5_n2 mlx5_n3"]  # the GPU nodes left, once
+    assert [f.phase for f in two.state.final_failures()] == ["preflight", "preflight"]
+    jobs = _limits(two)
+    name = two.run_folder.name
+    assert list(jobs) == [f"{name}-1-1", f"{name}-1-2", f"{name}-2-1", f"{name}-2-2", f"{name}-3"]
+    assert {jobs[f"{name}-1-1"], jobs[f"{name}-1-2"]} == {"n2,n4,n5", "n1,n3"}  # n1 and n4 apart
+    assert jobs[f"{name}-3"] == "n2,n3,n5"  # the smoke and fabric tests on the hosts left
+    assert two.state.host_counts()["n1"].failed == two.state.host_counts()["n4"].failed == 1

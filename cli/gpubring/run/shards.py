@@ -1,11 +1,17 @@
-"""Sharded runs: the host phase as several ansible-playbook processes (ansible-runner jobs) over
-disjoint slices of the hosts, merged into the run's one state, view, summary and report.
+"""Sharded runs: the per-host work of preflight, the host phase and verify as several ansible-playbook
+processes (ansible-runner jobs) over disjoint slices of the hosts, merged into the run's one state,
+view, summary and report.
 
-Which part is sharded, and why only that part:
+The steps of a run (`segments_of`; PARTS names the playbooks of each phase's parts):
 
-    preflight   one process: its collision check (roles/preflight/tasks/collisions.yml) compares each
-                host with every other host of the play (ansible_play_hosts_all); per shard it would
-                only see its own slice.
+    preflight   sharded: each shard runs preflight.yml on its slice with gpubring_sharded, which turns
+                its collision check off (roles/preflight/tasks/main.yml): that check compares each host
+                with every other host, and a shard sees only its slice.
+    collisions  preflight_collisions.yml, the first play of the step after preflight's shards (in each
+                host-phase shard, before any host-phase task), or a step of its own when nothing
+                follows. It connects to no host: each host still in the run is compared with every host
+                the preflight step ran on (gpubring_preflight_peers), from the facts the shards just
+                wrote to the inventory's fact cache; the same words as one process's check.
     host        sharded: each shard runs the whole of host.yml (kernel and containerd, the GPU host
                 setup, the reboot play) on its slice. The reboot play cannot run apart from the roles
                 before it: they hand it gpubring_reboot_reasons (and what blocks a reboot) as plain
@@ -14,18 +20,28 @@ Which part is sharded, and why only that part:
                 to at most the batch of one process (`shard_serials`), so never more nodes are drained or
                 rebooted at once than `gpubring_serial` allows. A serial that leaves fewer batch slots
                 than shards runs on fewer shards (gpubring_serial 1: one process, as today).
-    cluster, platform, verify
-                one process after the shards, in order: they coordinate hosts (control planes, the
-                cluster API), and verify's cluster smoke tests run once on the first host of its play.
+    cluster, platform
+                one process, in order: they coordinate hosts (control planes, the cluster API).
+    verify      sharded: verify_hosts.yml (the verify role's host checks, the control planes' own
+                certificates, the GPU nodes' acceptance) per slice; with gpubring_sharded the role keeps
+                what its cluster smoke tests read of each host in the fact cache instead of running them
+                on the first host of its slice. Then one process: verify_smoke.yml (the smoke tests,
+                once, on the first host still in the run) and verify_fabric.yml (the fabric test
+                occupies the GPUs of the nodes it tests: after every shard's acceptance).
 
-Each phase playbook already runs on its own (`--only`, `--from`): nothing a phase needs from an earlier
-one lives in a process (facts persist in the inventory's fact cache). As in one process, a host that
-failed or was unreachable is left out of what runs after (the next process is limited to the hosts
-still in the run), and the run stops where one process would have stopped: on a cancel, an ansible
-error, or a shard whose playbook ended before its last play (a whole batch failed).
+Two phases never share a sharded step (one process stops between them where a whole batch failed);
+consecutive once parts share one process. Each phase playbook already runs on its own (`--only`,
+`--from`): nothing a phase needs from an earlier one lives in a process (facts persist in the
+inventory's fact cache). As in one process, a host that failed or was unreachable is left out of what
+runs after (the next process is limited to the hosts still in the run), and the run stops where one
+process would have stopped: on a cancel, an ansible error, or a shard whose playbook ended before its
+last play (a whole batch failed).
 
-With one shard (gpubring_shards 1, `--shards 1`, one host, a run without the host phase, a --limit
-@file) nothing here runs: process.run runs one ansible-playbook as before.
+With one shard (gpubring_shards 1, `--shards 1`, one host, a run with none of preflight, host and
+verify, a --limit @file) nothing here runs: process.run runs one ansible-playbook as before, over
+verify.yml (which imports verify_hosts.yml and verify_fabric.yml: the same plays in the same order). A
+phase playbooks folder without a phase's split playbooks (another --playbooks-dir) runs that phase as
+one process.
 """
 
 from __future__ import annotations
@@ -38,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpubring import runstore
+from gpubring import paths, runstore
 from gpubring.events import (
     Cancelled,
     Event,
@@ -50,7 +66,7 @@ from gpubring.events import (
     PlayStart,
     TaskStart,
 )
-from gpubring.run.folder import _write_yaml, cmdline, phase_playbooks, plays_of
+from gpubring.run.folder import _write_yaml, cmdline, plays_of
 from gpubring.run.session import Session
 from gpubring.run.settings import RunSettings
 
@@ -58,6 +74,18 @@ if TYPE_CHECKING:
     from gpubring.model import Inventory
 
 SHARDED_PHASE = "host"
+# What of each sharded phase runs per slice and what once, as playbooks of the phase playbooks' folder
+# (module docstring). A phase missing one of its files there (another --playbooks-dir) runs as one
+# process. The once part of preflight compares hosts that the shards read: it goes first in the step
+# after the shards (a play that connects to no host), or alone when nothing follows.
+PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "preflight": (("preflight",), ("preflight_collisions",)),
+    "host": (("host",), ()),
+    "verify": (("verify_hosts",), ("verify_smoke", "verify_fabric")),
+}
+COLLISIONS = "preflight_collisions"
+SHARDED_VAR = "gpubring_sharded"
+PEERS_VAR = "gpubring_preflight_peers"
 GPU_GROUP = "gpu_nodes"
 SHARDS_SETTING = "gpubring_shards"
 # ansible-playbook's exit statuses that only say hosts failed or were unreachable (ansible-core's
@@ -152,10 +180,19 @@ def _effective_serial(settings: RunSettings) -> str | None:
 
 @dataclass(frozen=True)
 class Segment:
-    """Phases that run in one step: one process, or one per slice when `sharded`."""
+    """Playbooks that run in one step: one process, or one per slice when `sharded`. Each part is
+    (its phase, the playbook's name in the phase playbooks' folder, without .yml)."""
 
-    phases: tuple[str, ...]
+    parts: tuple[tuple[str, str], ...]
     sharded: bool = False
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(phase for phase, _ in self.parts))
+
+    @property
+    def stems(self) -> tuple[str, ...]:
+        return tuple(stem for _, stem in self.parts)
 
 
 @dataclass(frozen=True)
@@ -178,7 +215,7 @@ def _inventory(settings: RunSettings) -> Inventory | None:
 def plan(settings: RunSettings, inv: Inventory | None = None, cores: int | None = None) -> Plan | None:
     """The sharded plan of a run, or None when it runs as one process (module docstring)."""
     requested = settings.options.shards
-    if SHARDED_PHASE not in settings.phases or settings.playbook is not None:
+    if settings.playbook is not None or not any(phase in PARTS for phase in settings.phases):
         return None
     if requested == 1:
         return None
@@ -199,13 +236,40 @@ def plan(settings: RunSettings, inv: Inventory | None = None, cores: int | None 
     if count < 2:
         return None
     gpu = tuple(h for h in resolve_pattern(GPU_GROUP, inv.groups, order) if h in set(hosts))
-    index = settings.phases.index(SHARDED_PHASE)
-    before, after = settings.phases[:index], settings.phases[index + 1 :]
-    segments = [Segment(before)] if before else []
-    segments.append(Segment((SHARDED_PHASE,), sharded=True))
-    if after:
-        segments.append(Segment(after))
-    return Plan(shards=count, segments=tuple(segments), hosts=hosts, gpu=gpu)
+    segments = segments_of(settings.phases, settings.playbooks_dir or paths.playbooks_dir())
+    if not any(segment.sharded for segment in segments):
+        return None
+    return Plan(shards=count, segments=segments, hosts=hosts, gpu=gpu)
+
+
+def segments_of(phases: Sequence[str], playbooks: Path) -> tuple[Segment, ...]:
+    """The steps of a sharded run over `phases` (module docstring): the per-slice parts of each phase,
+    and runs of once parts, in phase order; the collision check joined to the front of the step after
+    it. Two phases never share a sharded step: one process stops between them where a batch failed."""
+    items: list[tuple[bool, tuple[str, str]]] = []
+    for phase in phases:
+        per_slice, once = PARTS.get(phase, ((), (phase,)))
+        if phase in PARTS and not all((playbooks / f"{s}.yml").is_file() for s in per_slice + once):
+            per_slice, once = (), (phase,)
+        items += [(True, (phase, stem)) for stem in per_slice] + [(False, (phase, stem)) for stem in once]
+    segments: list[Segment] = []
+    lead: tuple[tuple[str, str], ...] = ()  # the collision check, waiting for the step after it
+    for sharded, part in items:
+        if part[1] == COLLISIONS:
+            lead = (part,)
+        elif (
+            lead
+            or not segments
+            or segments[-1].sharded != sharded
+            or (sharded and part[0] not in segments[-1].phases)
+        ):
+            segments.append(Segment((*lead, part), sharded))
+            lead = ()
+        else:
+            segments[-1] = Segment((*segments[-1].parts, part), sharded)
+    if lead:
+        segments.append(Segment(lead))
+    return tuple(segments)
 
 
 RunOne = Callable[..., tuple[int | None, str]]
@@ -285,12 +349,20 @@ class _Job:
     error: BaseException | None = None
 
 
-def _segment_playbook(settings: RunSettings, folder: Path, number: int, phases: Sequence[str]) -> Path:
-    imports = [(p, path) for p, path in phase_playbooks(replace(settings, phases=tuple(phases)))]
+def _part_playbooks(settings: RunSettings, segment: Segment) -> list[tuple[str, Path]]:
+    """(phase, playbook) of each part of `segment`, in the phase playbooks' folder."""
+    base = (settings.playbooks_dir or paths.playbooks_dir()).resolve()
+    return [(phase, base / f"{stem}.yml") for phase, stem in segment.parts]
+
+
+def _segment_playbook(settings: RunSettings, folder: Path, number: int, segment: Segment) -> Path:
     return _write_yaml(
         folder / "project" / f"run-{number}.yml",
         f"# Generated by gpubring for this run: step {number} of a sharded run.\n",
-        [{"name": f"Phase {p}", "ansible.builtin.import_playbook": str(path)} for p, path in imports],
+        [
+            {"name": f"Phase {p} ({path.stem})", "ansible.builtin.import_playbook": str(path)}
+            for p, path in _part_playbooks(settings, segment)
+        ],
     )
 
 
@@ -325,6 +397,7 @@ def _segments(
     combined: int | None = 0
     status = "successful"
     serial = _effective_serial(settings)
+    peers: list[str] = []  # the hosts preflight ran on: those the collision check compares
     for number, segment in enumerate(the_plan.segments, start=1):
         dead = merge.dead()
         alive = [h for h in the_plan.hosts if h not in dead]
@@ -332,43 +405,32 @@ def _segments(
             return combined, "canceled"
         if not alive:
             break
-        playbook = _segment_playbook(settings, folder, number, segment.phases)
+        if "preflight" in segment.stems:
+            peers = alive
+        playbook = _segment_playbook(settings, folder, number, segment)
         plays = [
-            PhasePlay(p, name)
-            for p, path in phase_playbooks(replace(settings, phases=segment.phases))
-            for name in plays_of(path)
+            PhasePlay(p, name) for p, path in _part_playbooks(settings, segment) for name in plays_of(path)
         ]
         last_play = plays[-1].play if plays else ""
         limit = ",".join(alive) if dead else settings.options.limit
-        groups: list[tuple[str | None, list[str]]] = [(limit, [])]
-        if segment.sharded:
-            gpu = [h for h in the_plan.gpu if h in set(alive)]
-            serials = shard_serials(serial, len(alive), len(gpu), the_plan.shards) or []
-            cut = slices(alive, gpu, len(serials))
-            if len(cut) > 1:
-                groups = []
-                (folder / "vars").mkdir(mode=0o700, exist_ok=True)
-                for index, (part, part_serial) in enumerate(zip(cut, serials, strict=True)):
-                    file = folder / "vars" / f"gpubring-shard-{number}-{index + 1}.json"
-                    runstore.write_private(file, json.dumps({"gpubring_serial": part_serial}))
-                    groups.append((",".join(part), ["-e", f"@{file}"]))
-                main.emit(
-                    Notice(
-                        f"host phase in {len(cut)} shards: "
-                        + "; ".join(
-                            f"{len(part)} host(s), serial {s}" for part, s in zip(cut, serials, strict=True)
-                        )
-                    )
-                )
+        shared: dict[str, Any] = {PEERS_VAR: peers} if COLLISIONS in segment.stems else {}
+        groups = _groups(the_plan, segment, alive, serial=serial, main=main, limit=limit, shared=shared)
         jobs: list[_Job] = []
-        for index, (part_limit, extra) in enumerate(groups, start=1):
+        for index, (part_limit, values) in enumerate(groups, start=1):
             ident = f"{folder.name}-{number}" + (f"-{index}" if len(groups) > 1 else "")
+            extra: list[str] = []
+            if values:
+                (folder / "vars").mkdir(mode=0o700, exist_ok=True)
+                file = folder / "vars" / f"gpubring-shard-{number}-{index}.json"
+                runstore.write_private(file, json.dumps(values))
+                extra = ["-e", f"@{file}"]
             shard = Session(
                 settings, folder, plays, main.envvars, on_event=None, cancel=main.cancel, ident=ident
             )
             shard.on_event = merge.forwarder(number, shard)
             jobs.append(_Job(ident, part_limit, shard, extra, last_play))
-        args = cmdline(replace(settings, serial=None if len(groups) > 1 else settings.serial), folder)
+        own_serial = len(groups) > 1 and SHARDED_PHASE in segment.phases  # each shard's, in its -e file
+        args = cmdline(replace(settings, serial=None if own_serial else settings.serial), folder)
         threads = [
             threading.Thread(target=_work, args=(job, run_one, playbook, inventories, args), daemon=True)
             for job in jobs
@@ -396,6 +458,47 @@ def _segments(
                 status = "canceled"
             break
     return combined, status
+
+
+def _groups(
+    the_plan: Plan,
+    segment: Segment,
+    alive: Sequence[str],
+    *,
+    serial: str | None,
+    main: Session,
+    limit: str | None,
+    shared: dict[str, Any],
+) -> list[tuple[str | None, dict[str, Any]]]:
+    """The processes of one step: (--limit, the -e values) of each; one per slice when sharded. A
+    sharded step cut into one slice (one host left) is one process that still leaves what compares
+    hosts to the step after it (gpubring_sharded), which runs it whatever the count."""
+    if not segment.sharded:
+        return [(limit, shared)]
+    # The host phase's batches (shard_serials) where it is part of the step; else every shard takes
+    # its whole slice, as one process's plays without a serial take every host.
+    gpu = [h for h in the_plan.gpu if h in set(alive)]
+    serials = (
+        shard_serials(serial, len(alive), len(gpu), the_plan.shards) or []
+        if SHARDED_PHASE in segment.phases
+        else [""] * the_plan.shards
+    )
+    cut = slices(alive, gpu, len(serials))
+    if len(cut) < 2:
+        return [(limit, {**shared, SHARDED_VAR: True})]
+    main.emit(
+        Notice(
+            f"{' and '.join(segment.phases)} phase{'s' * (len(segment.phases) > 1)} in {len(cut)} shards: "
+            + "; ".join(
+                f"{len(part)} host(s)" + (f", serial {s}" if s else "")
+                for part, s in zip(cut, serials, strict=True)
+            )
+        )
+    )
+    return [
+        (",".join(part), {**shared, SHARDED_VAR: True, **({"gpubring_serial": s} if s else {})})
+        for part, s in zip(cut, serials, strict=True)
+    ]
 
 
 def _left(job: _Job, dead: set[str], processes: int) -> bool:
