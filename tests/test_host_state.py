@@ -148,16 +148,18 @@ def test_the_module_refuses_empty_inputs_and_relative_paths(tmp_path: Path) -> N
 # --- the gate in playbooks/host.yml ---------------------------------------------------------------
 
 
-def test_only_the_hosts_to_converge_reach_the_roles_and_the_reboot_play_records_them() -> None:
+def test_every_play_leaves_out_an_unchanged_host_first_and_the_reboot_play_records_the_others() -> None:
     plays = yaml.safe_load(HOST_YML.read_text())
     gate, *rest = plays
     assert gate["hosts"] == "all" and "roles" not in gate
-    check, group = gate["tasks"]
+    (check,) = gate["tasks"]
     assert check["gpubring.core.host_state"]["inputs"] == "{{ gpubring_host_inputs }}"
-    assert "always" in check["tags"] and "always" in group["tags"]
-    assert "'to_converge'" in group["ansible.builtin.group_by"]["key"]
+    assert check["register"] == "__gpubring_host_state" and "always" in check["tags"]
     for play in rest:
-        assert "gpubring_host_to_converge" in play["hosts"], play["name"]
+        first = play["pre_tasks"][0]
+        assert first["ansible.builtin.meta"] == "end_host", play["name"]
+        assert first["when"] == "__gpubring_host_state.converged | default(false)", play["name"]
+        assert "always" in first["tags"], play["name"]
     record = rest[-1]["post_tasks"][-1]
     assert record["gpubring.core.host_state"]["mode"] == "record"
     assert "not ansible_check_mode" in record["when"]
@@ -300,3 +302,58 @@ def test_every_path_the_host_roles_write_is_read_by_the_gate() -> None:
 @pytest.mark.parametrize("path", ["/etc/passwd", "/opt/other/file"])
 def test_a_path_outside_the_read_folders_is_not_covered(path: str) -> None:
     assert not _covered(path)
+
+
+# --- what the run report and the summary say -------------------------------------------------------
+
+
+def _verdict(host: str, unchanged: bool, reasons: list[str]) -> dict[str, Any]:
+    """A result of the gate's check task as ansible-runner's job event carries it."""
+    facts = {"gpubring_host_state": {"unchanged": unchanged, "reasons": reasons}}
+    return {
+        "event": "runner_on_ok",
+        "event_data": {
+            "host": host,
+            "task": "Compare the host with the record of its last complete host phase",
+            "res": {
+                "changed": False,
+                "ansible_facts": facts,
+            },
+        },
+    }
+
+
+def test_the_report_and_the_summary_name_the_hosts_left_as_they_were_and_why_the_others_ran(
+    tmp_path: Path,
+) -> None:
+    from datetime import UTC, datetime
+
+    from gpubring import report, view
+    from helpers import folded
+
+    state = folded(
+        [
+            _verdict("gpu01", True, []),
+            _verdict("gpu02", False, ["files", "packages"]),
+            _verdict("cpu01", True, []),
+            _verdict("gpu03", False, ["no record"]),
+        ]
+    )
+    now = datetime.now(UTC)
+    meta = report.RunMeta("up", tmp_path, tmp_path / "hosts.yml", tmp_path, "run.yml", now, now, 0)
+    doc = report.build(state, meta)
+    assert doc["host_state"] == {
+        "cpu01": {"unchanged": True, "reasons": []},
+        "gpu01": {"unchanged": True, "reasons": []},
+        "gpu02": {"unchanged": False, "reasons": ["files", "packages"]},
+        "gpu03": {"unchanged": False, "reasons": ["no record"]},
+    }
+    again = report.RunReport.from_json(doc)
+    assert again.to_json()["host_state"] == doc["host_state"]
+    lines = [str(line) for line in view.host_state_lines(again)]
+    assert lines == [
+        "left as their last complete host phase left them (its roles skipped; --full runs them): "
+        "2 host(s): cpu01, gpu01",
+        "host phase ran (files, packages): gpu02",
+        "host phase ran (no record): gpu03",
+    ]

@@ -56,8 +56,7 @@ def test_host_yml_reboots_last_in_gpubring_serial_batches() -> None:
     plays = yaml.safe_load(HOST_YML.read_text())
     last = plays[-1]
     assert [r["role"] for r in last["roles"]] == ["gpubring.core.reboot"]
-    # The hosts the host phase works on (those left as they are skip it: host.yml's first play).
-    assert last["hosts"] == "gpubring_host_to_converge"
+    assert last["hosts"] == "all"
     assert "gpubring_serial" in last["serial"]
     # No other play reboots: the roles only flag.
     assert all("gpubring.core.reboot" not in str(p.get("roles")) for p in plays[:-1])
@@ -73,7 +72,7 @@ def test_the_reboot_play_takes_its_batch_size_from_gpubring_serial(serial: str) 
     )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    play = out[out.index("play #4 (gpubring_host_to_converge): Reboot the hosts that need it") :]
+    play = out[out.index("play #4 (all): Reboot the hosts that need it") :]
     assert "gpubring.core.reboot : Collect why this host needs a reboot" in play
     # Ansible templates serial before any host; a bad value fails here, a good one lists the play.
     bad = ansible_playbook(

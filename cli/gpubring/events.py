@@ -104,6 +104,17 @@ class RebootState:
 
 
 @dataclass(frozen=True)
+class HostPhaseState:
+    """What host.yml's first play found of a host (gpubring.core.host_state, its fact
+    `gpubring_host_state`): left as its last complete host phase left it (`unchanged`: the roles do not
+    run on it), or why it goes through the roles (`reasons`: "no record", "inputs", "files", ...)."""
+
+    host: str
+    unchanged: bool
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class DrainReport:
     """What the node_drain role (roles/node_drain/tasks/drain.yml) published for a host it drained, its
     `node_drain_report` fact: who cordoned the node (`gpubring`, or `operator`: that cordon was kept
@@ -237,6 +248,7 @@ Event = (
     | PlaybookStats
     | HardwareSummary
     | RebootState
+    | HostPhaseState
     | DrainReport
     | AcceptanceVerdict
     | Cancelled
@@ -403,6 +415,19 @@ def reboot_state(event: Mapping[str, Any]) -> RebootState | None:
     )
 
 
+HOST_STATE_FACT = "gpubring_host_state"
+
+
+def host_phase_state(event: Mapping[str, Any]) -> HostPhaseState | None:
+    """The host_state module's verdict on a host that a result carries, or None."""
+    found = _result_facts(event)
+    fact = found[1].get(HOST_STATE_FACT) if found else None
+    if found is None or not isinstance(fact, Mapping):
+        return None
+    unchanged = fact.get("unchanged") is True
+    return HostPhaseState(host=found[0], unchanged=unchanged, reasons=_texts(fact.get("reasons")))
+
+
 DRAIN_REPORT_FACT = "node_drain_report"
 
 
@@ -511,7 +536,8 @@ def parse_all(event: Mapping[str, Any]) -> list[Event]:
     reboot = reboot_state(event)
     drain = drain_report(event)
     acceptance = acceptance_verdict(event)
-    return [e for e in (parsed, summary, reboot, drain, acceptance) if e is not None]
+    host_state = host_phase_state(event)
+    return [e for e in (parsed, summary, reboot, drain, acceptance, host_state) if e is not None]
 
 
 def load_events(lines: Iterable[str]) -> list[dict[str, Any]]:
@@ -702,6 +728,8 @@ class RunState:
     rebooted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # host -> (the reasons of a reboot not done, why not).
     reboot_pending: dict[str, tuple[tuple[str, ...], str]] = field(default_factory=dict)
+    # host -> what host.yml's first play found: left as it was, or why it went through the roles.
+    host_state: dict[str, HostPhaseState] = field(default_factory=dict)
     # host -> what node_drain said of its drain (the last drain of the run: upgrade batches may drain twice).
     drains: dict[str, DrainReport] = field(default_factory=dict)
     # host -> its gpu_acceptance verdict and admission, merged over the results that carried them.
@@ -754,6 +782,8 @@ class RunState:
             self.hardware[event.host] = event.summary
         elif isinstance(event, RebootState):
             self._reboot(event)
+        elif isinstance(event, HostPhaseState):
+            self.host_state[event.host] = event
         elif isinstance(event, DrainReport):
             # The last word wins: a node drained again later in the run says what that drain did.
             self.drains[event.host] = event

@@ -33,6 +33,11 @@ fields included (`gpubring runs`). Fields (REPORT_FIELDS) and their meaning:
   one drained a host twice): who cordoned it (an operator's cordon is kept), the Jobs and gang
   workloads a GPU-aware drain waited for and how long, those evicted still running at the bound;
   `drained` is false in check mode (what it would do); empty when nothing was drained;
+- host_state: {host: {"unchanged": bool, "reasons": [...]}} for each host the host phase's first play
+  compared with the record of its last complete host phase (gpubring.core.host_state): unchanged hosts
+  were left out of the host phase's roles; the reasons say why the others went through them ("no
+  record", "inputs", "files", "packages", "sysctl", "kernel", "devices", "units", "blocker <path>");
+  empty when the host phase did not run or compared nothing (`up --full`, --tags, a plain playbook);
 - rebooted: {host: [reason, ...]} for each host the reboot play (roles/reboot) rebooted and verified;
 - reboot_pending: {host: {"reasons": [...], "because": "gpubring_reboot_allowed is false"}} for each host
   that needs a reboot the run did not do (not allowed, a role's own setting, check mode);
@@ -62,6 +67,7 @@ from gpubring.events import (
     DrainReport,
     Failure,
     HostCounts,
+    HostPhaseState,
     RunState,
     drain_from,
 )
@@ -93,6 +99,7 @@ REPORT_FIELDS = (
     "partial",
     "hardware",
     "drains",
+    "host_state",
     "rebooted",
     "reboot_pending",
     "acceptance",
@@ -208,6 +215,7 @@ class RunReport:
     partial: tuple[str, ...] = ()
     hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     drains: Mapping[str, DrainReport] = field(default_factory=dict)
+    host_state: Mapping[str, HostPhaseState] = field(default_factory=dict)
     rebooted: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     reboot_pending: Mapping[str, RebootPending] = field(default_factory=dict)
     acceptance: Mapping[str, AcceptanceVerdict] = field(default_factory=dict)
@@ -245,6 +253,7 @@ class RunReport:
             partial=tuple(meta.partial),
             hardware={host: dict(summary) for host, summary in sorted(state.hardware.items())},
             drains=dict(sorted(state.drains.items())),
+            host_state=dict(sorted(state.host_state.items())),
             rebooted={host: tuple(reasons) for host, reasons in sorted(state.rebooted.items())},
             reboot_pending={
                 host: RebootPending(tuple(reasons), because)
@@ -301,6 +310,10 @@ class RunReport:
             "partial": list(self.partial),
             "hardware": {host: dict(summary) for host, summary in self.hardware.items()},
             "drains": {host: drain.as_dict() for host, drain in self.drains.items()},
+            "host_state": {
+                host: {"unchanged": entry.unchanged, "reasons": list(entry.reasons)}
+                for host, entry in self.host_state.items()
+            },
             "rebooted": {host: list(reasons) for host, reasons in self.rebooted.items()},
             "reboot_pending": {
                 host: {"reasons": list(pending.reasons), "because": pending.because}
@@ -369,6 +382,13 @@ class RunReport:
             drains={
                 str(host): drain_from(str(host), entry)
                 for host, entry in _mapping(data.get("drains")).items()
+                if isinstance(entry, Mapping)
+            },
+            host_state={
+                str(host): HostPhaseState(
+                    str(host), entry.get("unchanged") is True, tuple(map(str, entry.get("reasons") or ()))
+                )
+                for host, entry in _mapping(data.get("host_state")).items()
                 if isinstance(entry, Mapping)
             },
             rebooted={

@@ -156,6 +156,28 @@ def drain_lines(report: RunReport) -> list[Text]:
     return [drain_line(host, drain) for host, drain in report.drains.items()]
 
 
+def host_state_lines(report: RunReport) -> list[Text]:
+    """What the host phase's first play found: `left as they were (host phase skipped): N host(s)` and
+    one line per reason the others went through the roles, `host phase ran (files): gpu01, gpu02`."""
+    unchanged = [host for host, entry in report.host_state.items() if entry.unchanged]
+    lines: list[Text] = []
+    if unchanged:
+        lines.append(
+            Text(
+                f"left as their last complete host phase left them (its roles skipped; --full runs them): "
+                f"{len(unchanged)} host(s): {', '.join(unchanged)}",
+                style="dim",
+            )
+        )
+    by_reasons: dict[str, list[str]] = {}
+    for host, entry in report.host_state.items():
+        if not entry.unchanged:
+            by_reasons.setdefault(", ".join(entry.reasons) or "unknown", []).append(host)
+    for reasons, hosts in by_reasons.items():
+        lines.append(Text(f"host phase ran ({reasons}): {', '.join(hosts)}", style="dim"))
+    return lines
+
+
 def reboot_lines(report: RunReport) -> list[Text]:
     """What the reboot play did: `rebooted: host (reasons), ...`, and one line per reason it did not
     reboot: `reboot needed (gpubring_reboot_allowed is false): host1 (reasons), host2 (reasons)`."""
@@ -535,6 +557,8 @@ def summary(console: Console, report: RunReport) -> None:
     for drain_text in drain_lines(report):
         # One line each however long, so that `grep 'drained gpu01'` finds all it says.
         console.print(drain_text, soft_wrap=True)
+    for state_line in host_state_lines(report):
+        console.print(state_line, soft_wrap=True)
     for reboot_line in reboot_lines(report):
         console.print(reboot_line)
     for acceptance_line in acceptance_lines(report):

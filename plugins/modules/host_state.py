@@ -113,6 +113,11 @@ recorded:
   returned: when mode is record
   type: bool
   sample: true
+ansible_facts:
+  description: Mode C(check) only. C(gpubring_host_state) with C(unchanged) and C(reasons), for the run's report.
+  returned: when mode is check
+  type: dict
+  sample: {gpubring_host_state: {unchanged: false, reasons: [packages]}}
 parts:
   description: The digest of each part read now.
   returned: always
@@ -354,7 +359,13 @@ def main():
     record = load_record(params["record"])
     reasons = compare(record, params["inputs"], parts, params["blockers"])
     if params["mode"] == "check":
-        module.exit_json(changed=False, converged=not reasons, reasons=reasons, parts=parts)
+        # Published as a fact: gpubring's run report says which hosts were left as they were, and why
+        # the others went through the roles.
+        verdict = {"unchanged": not reasons, "reasons": reasons}
+        module.exit_json(
+            changed=False, converged=not reasons, reasons=reasons, parts=parts,
+            ansible_facts={"gpubring_host_state": verdict},
+        )  # fmt: skip
     if any(reason.startswith("blocker ") for reason in reasons):
         module.exit_json(changed=False, converged=False, recorded=False, reasons=reasons, parts=parts)
     wanted = {"version": RECORD_VERSION, "inputs": params["inputs"], "parts": parts}
