@@ -158,6 +158,32 @@ def test_the_plan_shards_the_per_host_work_and_keeps_what_compares_hosts_once(in
     ]
     one = RunSettings(inventory_root=inventory, hosts_file=inventory / "hosts.yml", phases=("host",))
     assert shards.plan(one, inv, cores=1) is None  # auto on one core: one process
+    # auto: preflight and verify per slice only from 8 hosts a slice (a process's start is not worth
+    # less); with 5 hosts they are one process each, as before, and only the host phase is sharded.
+    auto = shards.plan(replace(base, options=RunOptions()), inv, cores=2)
+    assert auto is not None and [(s.stems, s.sharded) for s in auto.segments] == [
+        (("preflight",), False),
+        (("host",), True),
+        (("cluster", "platform", "verify"), False),
+    ]
+    assert (
+        shards.plan(replace(base, phases=("preflight", "verify"), options=RunOptions()), inv, cores=2) is None
+    )
+    hosts = {f"h{i:02d}": {} for i in range(20)}
+    groups = {
+        "control_plane": {"hosts": {"h00": {}}},
+        "gpu_nodes": {"hosts": {h: {} for h in list(hosts)[1:]}},
+    }
+    (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts, "children": groups}}))
+    fleet = shards.plan(
+        replace(base, options=RunOptions()), load_inventory(inventory, check_rules=False), cores=4
+    )
+    assert fleet is not None and fleet.shards == 4
+    assert [(s.stems, s.shards) for s in fleet.segments if s.sharded] == [
+        (("preflight",), 2),  # 20 hosts: two slices of preflight and of verify, four of the host phase
+        (("preflight_collisions", "host"), 0),
+        (("verify_hosts",), 2),
+    ]
     assert shards.plan(replace(base, options=RunOptions(shards=1)), inv) is None
     assert shards.plan(replace(base, phases=("cluster", "platform")), inv) is None  # nothing per host
     # A phase playbooks folder without the split files (another --playbooks-dir): one process, as before.

@@ -37,11 +37,12 @@ runs after (the next process is limited to the hosts still in the run), and the 
 process would have stopped: on a cancel, an ansible error, or a shard whose playbook ended before its
 last play (a whole batch failed).
 
-With one shard (gpubring_shards 1, `--shards 1`, one host, a run with none of preflight, host and
-verify, a --limit @file) nothing here runs: process.run runs one ansible-playbook as before, over
-verify.yml (which imports verify_hosts.yml and verify_fabric.yml: the same plays in the same order). A
-phase playbooks folder without a phase's split playbooks (another --playbooks-dir) runs that phase as
-one process.
+With gpubring_shards auto, preflight and verify get at most one shard per CHECK_HOSTS_PER_SHARD hosts
+(one process below two shards' worth); the host phase one per core. With one shard (gpubring_shards
+1, `--shards 1`, one host, a run with none of preflight, host and verify, a --limit @file) nothing here
+runs: process.run runs one ansible-playbook as before, over verify.yml (which imports verify_hosts.yml
+and verify_fabric.yml: the same plays in the same order). A phase playbooks folder without a phase's
+split playbooks (another --playbooks-dir) runs that phase as one process.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -84,6 +85,12 @@ PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "verify": (("verify_hosts",), ("verify_smoke", "verify_fabric")),
 }
 COLLISIONS = "preflight_collisions"
+# With gpubring_shards auto, preflight and verify get one shard per this many hosts at most (and stay one
+# process under two shards' worth): each extra ansible-playbook costs ~1-2 CPU-s to start, and preflight
+# and verify cost their one main process ~0.5 s per host each (docs/fleet.md, "Measured cost"), so a
+# slice of 8 hosts saves about twice its start. The host phase is sharded from 2 hosts, as before. A
+# number of shards asked for (--shards N, gpubring_shards: N) is used for all three.
+CHECK_HOSTS_PER_SHARD = 8
 SHARDED_VAR = "gpubring_sharded"
 PEERS_VAR = "gpubring_preflight_peers"
 GPU_GROUP = "gpu_nodes"
@@ -185,6 +192,7 @@ class Segment:
 
     parts: tuple[tuple[str, str], ...]
     sharded: bool = False
+    shards: int = 0  # the most processes of a sharded step; 0: the plan's count
 
     @property
     def phases(self) -> tuple[str, ...]:
@@ -235,20 +243,29 @@ def plan(settings: RunSettings, inv: Inventory | None = None, cores: int | None 
     count = shard_count(value, len(hosts), cores)
     if count < 2:
         return None
+    auto = isinstance(value, str) and value.strip() == "auto"
+    checks = min(count, len(hosts) // CHECK_HOSTS_PER_SHARD) if auto else count
+    split = {SHARDED_PHASE} | ({"preflight", "verify"} if checks >= 2 else set())
     gpu = tuple(h for h in resolve_pattern(GPU_GROUP, inv.groups, order) if h in set(hosts))
-    segments = segments_of(settings.phases, settings.playbooks_dir or paths.playbooks_dir())
+    segments = tuple(
+        replace(s, shards=checks) if s.sharded and SHARDED_PHASE not in s.phases else s
+        for s in segments_of(settings.phases, settings.playbooks_dir or paths.playbooks_dir(), split)
+    )
     if not any(segment.sharded for segment in segments):
         return None
     return Plan(shards=count, segments=segments, hosts=hosts, gpu=gpu)
 
 
-def segments_of(phases: Sequence[str], playbooks: Path) -> tuple[Segment, ...]:
+def segments_of(
+    phases: Sequence[str], playbooks: Path, split: Collection[str] = tuple(PARTS)
+) -> tuple[Segment, ...]:
     """The steps of a sharded run over `phases` (module docstring): the per-slice parts of each phase,
     and runs of once parts, in phase order; the collision check joined to the front of the step after
-    it. Two phases never share a sharded step: one process stops between them where a batch failed."""
+    it. Two phases never share a sharded step: one process stops between them where a batch failed.
+    A phase not in `split` runs whole, once."""
     items: list[tuple[bool, tuple[str, str]]] = []
     for phase in phases:
-        per_slice, once = PARTS.get(phase, ((), (phase,)))
+        per_slice, once = PARTS.get(phase, ((), (phase,))) if phase in split else ((), (phase,))
         if phase in PARTS and not all((playbooks / f"{s}.yml").is_file() for s in per_slice + once):
             per_slice, once = (), (phase,)
         items += [(True, (phase, stem)) for stem in per_slice] + [(False, (phase, stem)) for stem in once]
@@ -481,7 +498,7 @@ def _groups(
     serials = (
         shard_serials(serial, len(alive), len(gpu), the_plan.shards) or []
         if SHARDED_PHASE in segment.phases
-        else [""] * the_plan.shards
+        else [""] * (segment.shards or the_plan.shards)
     )
     cut = slices(alive, gpu, len(serials))
     if len(cut) < 2:
