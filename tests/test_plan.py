@@ -180,7 +180,8 @@ def test_plan_json_to_stdout(sample_inventory: Path) -> None:
     host = doc["phases"][1]
     assert host["playbook"] == "playbooks/host.yml"
     assert host["enabled"] is True
-    assert host["plays"][1] == {
+    assert host["plays"][0]["name"] == "Find the hosts left as their last complete host phase left them"
+    assert host["plays"][2] == {
         "name": "GPU host setup on GPU nodes",
         "hosts_pattern": "gpu_nodes",
         "hosts": ["gpu-1", "gpu-2", "gpu-3", "gpu-4"],
