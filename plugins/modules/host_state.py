@@ -14,7 +14,7 @@ description:
   - Reads, in one call, what the host phase's roles manage or depend on, and reduces it to one digest
     per part; C(mode=record) writes the digests, with the controller's C(inputs), to C(record);
     C(mode=check) compares them with it. A host whose inputs and every part are unchanged since a run
-    that converged it is left out of the host phase's roles (issue 26, less work per host): a converged
+    that converged it is left out of the host phase's roles (issue 26, less work per host); a converged
     host then costs two task results instead of about 270.
   - The parts are broad on purpose, so that a change made by hand is found even where no role task would
     name it; a change of anything they cover sends the host through the whole host phase, whose roles
@@ -78,7 +78,7 @@ attributes:
     platforms: posix
 notes:
   - In check mode C(mode=record) writes nothing and reports what it would change.
-  - C(mode=record) writes nothing while a blocker exists (C(recorded) false): the next check must not
+  - C(mode=record) writes nothing while a blocker exists (C(recorded) false), so that the next check does not
     find the host unchanged before its reboot.
 """
 
