@@ -32,13 +32,7 @@ options:
     default: 5
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpubring.core.check_mode_posix
 notes:
   - The module only connects; it behaves the same in check mode.
 """

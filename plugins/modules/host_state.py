@@ -69,13 +69,7 @@ options:
     default: /var/lib/gpubring/host-state.json
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpubring.core.check_mode_posix
 notes:
   - In check mode C(mode=record) writes nothing and reports what it would change.
   - C(mode=record) writes nothing while a blocker exists (C(recorded) false), so that the next check does not

@@ -36,13 +36,7 @@ options:
     default: 1048576
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpubring.core.check_mode_posix
 notes:
   - The module only reads; it behaves the same in check mode and never reports a change.
 """
