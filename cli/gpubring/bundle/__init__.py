@@ -43,6 +43,7 @@ __all__ = [
     "Result",
     "build",
     "check_folder",
+    "parse_parts",
     "plan",
     "plan_entries",
 ]
@@ -58,6 +59,19 @@ APT_REPO_REASON = (
 
 class BundleError(Exception):
     """Bad input (the folder, an earlier manifest): one line, before anything is fetched."""
+
+
+def parse_parts(text: str, what: str = "--only") -> tuple[str, ...]:
+    """The parts of PARTS named in `text` (comma-separated, each once, in the order given); BundleError
+    naming `what` for an unknown part or none."""
+    parts = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown or not parts:
+        raise BundleError(
+            f"{what} {text!r}: expected one or more of {', '.join(PARTS)}, comma-separated"
+            + (f" (not a part: {', '.join(unknown)})" if unknown else "")
+        )
+    return parts
 
 
 @dataclass(frozen=True)
@@ -277,11 +291,7 @@ def build(
     release keys the apt part builds (default: the inventory's, packages.target_releases). BundleError for bad
     input, before anything is fetched; gpubring.releases.ReleaseRenderError when the roles cannot be
     rendered for this inventory."""
-    unknown = sorted(set(parts) - set(PARTS))
-    if unknown or not parts:
-        raise BundleError(
-            f"bundle parts {', '.join(unknown) or '(none)'}: expected one or more of {', '.join(PARTS)}"
-        )
+    parse_parts(",".join(parts), "bundle parts")
     check_folder(folder)
     if charts_dir is not None and not charts_dir.is_dir():
         raise BundleError(f"--charts {charts_dir}: expected a folder of <chart>-<version>/ or .tgz charts")

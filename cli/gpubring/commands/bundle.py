@@ -107,16 +107,8 @@ def build(
     from gpubring.releases import ReleaseRenderError
     from gpubring.yamlfile import Problem
 
-    parts: tuple[str, ...] = bundle.PARTS
-    if only is not None:
-        parts = tuple(dict.fromkeys(p.strip() for p in only.split(",") if p.strip()))
-        unknown = [p for p in parts if p not in bundle.PARTS]
-        if unknown or not parts:
-            _fail(
-                f"--only {only!r}: expected one or more of {', '.join(bundle.PARTS)}, comma-separated"
-                + (f" (not a part: {', '.join(unknown)})" if unknown else "")
-            )
     try:
+        parts = bundle.PARTS if only is None else bundle.parse_parts(only)
         bundle.check_folder(folder)
     except bundle.BundleError as exc:
         _fail(str(exc))
