@@ -49,6 +49,7 @@ from gpubring.lab.docker import (
     ensure_image,
     ensure_network,
     inventory_prefixes,
+    kernel_packages,
     lab_containers,
     parse_inspect,
     published_ports,
@@ -242,7 +243,7 @@ def build_lab_bundle(
     for node in lab_nodes(spec):
         kernel = facts.get(spec.distro_of(node), {}).get(DEBIAN_KERNEL.name)
         if kernel and GROUP_GPU in node.groups:
-            extra[releases[spec.distro_of(node)]] = [f"linux-image-{kernel}", "ccache"]
+            extra[releases[spec.distro_of(node)]] = kernel_packages(kernel)
     with (folder / ".lab-build.lock").open("a") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -241,17 +241,25 @@ cat /etc/ssh/ssh_host_*_key.pub
 # driver role builds its DKMS modules and the initramfs for a kernel that is really installed; and
 # ccache with the lab's shared cache in the environment of SSH sessions (pam_env reads
 # /etc/environment), which is where the driver role's DKMS build runs.
+def kernel_packages(kernel: str) -> list[str]:
+    """What a GPU node of the lab gets installed for `kernel` (_INSTALL_KERNEL), and what the lab's air-gap
+    bundle must therefore carry (gpubring.lab.build_lab_bundle)."""
+    return [f"linux-image-{kernel}", "ccache"]
+
+
+# $1 the kernel, $2 ccache's folder in the node, then the packages (kernel_packages).
 _INSTALL_KERNEL = r"""
 set -eu
 k="$1"
 cache="$2"
+shift 2
 for line in DEBIAN_KERNEL_USE_CCACHE=1 "CCACHE_DIR=$cache"; do
   grep -qxF "$line" /etc/environment 2>/dev/null || echo "$line" >> /etc/environment
 done
 [ -e "/boot/vmlinuz-$k" ] && command -v ccache >/dev/null && exit 0
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends "linux-image-$k" ccache >/dev/null
+apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 test -e "/boot/vmlinuz-$k"
 """
 
@@ -263,8 +271,9 @@ def configure_node(name: str, public_key: str, kernel: str | None = None) -> lis
     if not keys:
         raise LabError(f"{name}: no SSH host keys in /etc/ssh")
     if kernel:
+        script = [_INSTALL_KERNEL, "kernel", kernel, CCACHE_IN_NODE, *kernel_packages(kernel)]
         proc = run_command(
-            ["docker", "exec", name, "sh", "-c", _INSTALL_KERNEL, "kernel", kernel, CCACHE_IN_NODE],
+            ["docker", "exec", name, "sh", "-c", *script],
             timeout=1200,
             check=False,
         )
