@@ -14,6 +14,10 @@ counts what it scheduled.
 Reads folded into one module call (gpubring.core.read_files) where a role ran a stat or slurp task per
 file, or a loop of them: verify's sysctl checks (a slurp per sysctl before), and the toolkit role on a
 node whose toolkit the GPU Operator owns (its host-side steps one skipped include, five before).
+
+preflight, the per-host verify and gpu_acceptance on a GPU node (run on localhost): 25, 19 and 40
+results (one a loop of 6) before the steps every host runs were imported and their reads and verdicts
+folded; 16, 13 and 23 now.
 """
 
 from __future__ import annotations
@@ -346,3 +350,81 @@ def test_a_node_whose_toolkit_the_operator_owns_schedules_no_host_toolkit_work(t
     assert dropin.read_text() == "# the GPU Operator's own drop-in\n"
     # 16 before (7 skipped: five includes of the host's steps), with a stat and a slurp; 11 now (3 skipped).
     assert len(seen) <= 11, seen
+
+
+def _role_play(name: str, hosts: str, role: str, role_vars: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "hosts": hosts,
+        "gather_facts": False,
+        "ignore_errors": True,  # this machine is no converged node: count what runs, not its verdicts
+        "roles": [{"role": f"gpubring.core.{role}", "vars": role_vars}],
+    }
+
+
+def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path: Path) -> None:
+    """preflight, the per-host verify and gpu_acceptance on localhost as a GPU node (issue 26 item 1):
+    the steps every host runs are imported (an include is a result of its own per host), reads no module
+    makes are one tagged shell call each (preflight's df, timedatectl and mountinfo; verify's containerd
+    unit, plugins, config.toml and merged configuration; the acceptance tools), verdicts are computed in
+    one task (preflight's NUMA warnings, verify's containerd check, each acceptance record). Before:
+    preflight 25 results, verify 19, gpu_acceptance 40 and a loop of 6."""
+    inventory = tmp_path / "hosts.yml"
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "all": {
+                    "children": {
+                        "gpu_nodes": {"hosts": {"localhost": local}},
+                        "control_plane": {"hosts": {"localhost": {}}},
+                    }
+                }
+            }
+        )
+    )
+    facts = {"name": "Facts", "ansible.builtin.import_tasks": str(FACTS_ONCE)}
+    preflight = _role_play(
+        "preflight", "all", "preflight",
+        {"preflight_require_gpu": False, "preflight_disk_min_gib": 0, "preflight_check_downloads": False,
+         "preflight_check_collisions": False},
+    )  # fmt: skip
+    plays = [
+        {**preflight, "pre_tasks": [facts]},
+        _role_play("verify", "all", "verify", {"verify_cluster": False}),
+        _role_play(
+            "acceptance", "gpu_nodes", "gpu_acceptance", {"gpu_acceptance_control_plane": "localhost"}
+        ),
+    ]
+    playbook = tmp_path / "roles.yml"
+    playbook.write_text(yaml.safe_dump(plays))
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    result = json.loads(done.stdout)
+    counts = {}
+    for play in result["plays"]:
+        ran = [item["hosts"]["localhost"] for item in play["tasks"] if "localhost" in item["hosts"]]
+        assert not [r for r in ran if r.get("results")], "a task ran as a loop (one execution per item)"
+        counts[play["play"]["name"]] = len(ran)
+    seen = {name: [r["name"] for r in _host_results(result, name)] for name in counts}
+    assert counts["preflight"] <= 16, seen["preflight"]  # with the facts and the argument check; 25 before
+    assert counts["verify"] <= 13, seen["verify"]  # 19 before (with the kernel checks localhost runs)
+    assert counts["acceptance"] <= 23, seen["acceptance"]  # 40 before, one of them a loop of 6
+    assert "Check containerd" in seen["verify"] and "Publish gpu_acceptance_result" in seen["acceptance"]
+    # The acceptance records are still every check, each skipped here with its reason.
+    published = next(
+        r for r in _host_results(result, "acceptance") if r["name"] == "Publish gpu_acceptance_result"
+    )
+    checks = published["ansible_facts"]["gpu_acceptance_result"]["checks"]
+    assert [c["name"] for c in checks] == [
+        "dcgm_diag", "gpu_health", "gpu_xid", "nvlink", "nic_link", "pcie", "rdma_write_bw",
+    ]  # fmt: skip
+    assert all(c["status"] == "skipped" and c["reason"] for c in checks), checks
