@@ -34,21 +34,31 @@ def test_each_file_read_missing_or_unreadable(tmp_path: Path) -> None:
     files = read_files.read_all(
         [str(text), missing, under_a_file, str(folder), str(binary)], [str(binary), missing], 1 << 20
     )
-    assert files[str(text)] == {"exists": True, "content": "gpubring-kernel-cmdline\n", "error": ""}
-    assert files[missing] == {"exists": False, "content": None, "error": ""}
-    assert files[under_a_file] == {"exists": False, "content": None, "error": ""}
+    assert files[str(text)] == {
+        "exists": True,
+        "content": "gpubring-kernel-cmdline\n",
+        "error": "",
+        "truncated": False,
+    }
+    assert files[missing] == {"exists": False, "content": None, "error": "", "truncated": False}
+    assert files[under_a_file] == {"exists": False, "content": None, "error": "", "truncated": False}
     assert files[str(folder)]["exists"] and files[str(folder)]["content"] is None
     assert files[str(folder)]["error"] == "Is a directory"
     assert files[str(binary)]["content"] == "\x7fELF\ufffd\x00"  # read: the path is in both lists
     only_looked_for = read_files.read_all([], [str(binary), missing], 1 << 20)
     assert only_looked_for == {
-        str(binary): {"exists": True, "content": None, "error": ""},
-        missing: {"exists": False, "content": None, "error": ""},
+        str(binary): {"exists": True, "content": None, "error": "", "truncated": False},
+        missing: {"exists": False, "content": None, "error": "", "truncated": False},
     }
-    assert read_files.read_all([str(text)], [], 8)[str(text)]["content"] == "gpubring"
+    # A file over max_bytes: its first max_bytes and truncated (no flag before: a cut file read as whole).
+    cut = read_files.read_all([str(text)], [], 8)[str(text)]
+    assert cut["content"] == "gpubring" and cut["truncated"] is True
+    exact = read_files.read_all([str(text)], [], len(text.read_bytes()))[str(text)]
+    assert exact["content"] == "gpubring-kernel-cmdline\n" and exact["truncated"] is False
     # A /proc/sys value, as verify's sysctl check reads it.
     assert read_files.read("/proc/sys/kernel/ostype", 1 << 20) == {
         "exists": True,
         "content": "Linux\n",
         "error": "",
+        "truncated": False,
     }

@@ -16,7 +16,8 @@ description:
   - A missing file is no failure (C(exists) false), and neither is one that cannot be read, such as a
     write-only file under C(/proc/sys) (C(content) null, C(error) says why).
   - Content is text (UTF-8, bytes that are not are replaced). Made for small files (C(/proc), C(/sys),
-    configuration, flags), each read up to C(max_bytes). Paths are used as given (no C(~) expansion).
+    configuration, flags), each read up to C(max_bytes); C(truncated) says when a file had more. Paths are
+    used as given (no C(~) expansion).
 version_added: "0.1.0"
 author: gpubring maintainers (!UNKNOWN)
 options:
@@ -62,8 +63,8 @@ files:
   returned: always
   type: dict
   sample:
-    /proc/swaps: {exists: true, content: "Filename Type Size Used Priority\n", error: ""}
-    /run/reboot-required: {exists: false, content: null, error: ""}
+    /proc/swaps: {exists: true, content: "Filename Type Size Used Priority\n", error: "", truncated: false}
+    /run/reboot-required: {exists: false, content: null, error: "", truncated: false}
 """
 
 import errno  # noqa: E402
@@ -76,17 +77,18 @@ def read(path, max_bytes):
     """{exists, content, error} of one file read as text."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read(max_bytes)
+            data = handle.read(max_bytes + 1)  # one byte more tells a file cut at max_bytes
     except OSError as err:
         if err.errno in (errno.ENOENT, errno.ENOTDIR):
-            return dict(exists=False, content=None, error="")
-        return dict(exists=True, content=None, error=err.strerror or str(err))
-    return dict(exists=True, content=data.decode("utf-8", "replace"), error="")
+            return dict(exists=False, content=None, error="", truncated=False)
+        return dict(exists=True, content=None, error=err.strerror or str(err), truncated=False)
+    content = data[:max_bytes].decode("utf-8", "replace")
+    return dict(exists=True, content=content, error="", truncated=len(data) > max_bytes)
 
 
 def look(path):
     """{exists, content, error} of a file only looked for."""
-    return dict(exists=os.path.lexists(path), content=None, error="")
+    return dict(exists=os.path.lexists(path), content=None, error="", truncated=False)
 
 
 def read_all(paths, exist, max_bytes):
