@@ -66,12 +66,22 @@ from typing import Any
 import yaml
 from lab_noop import lab_cpu, must  # benchmarks/ beside this script
 
+from gpubring.run.shards import CHECK_HOSTS_PER_SHARD, PARTS, SHARDED_PHASE
+
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "gpubfleet"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 DEFAULT_FORKS = 10  # gpubring up's --forks default
 PLAYBOOK = "ansible-playboo"  # ansible-playbook's command name in /proc (15 characters)
-SHARDED_PHASE = "host"  # the phase gpubring_shards splits (cli/gpubring/run/shards.py)
+# The parts of the phases as gpubring's sharded runs cut them (cli/gpubring/run/shards.py, PARTS): the
+# playbooks run per slice of the hosts (preflight, host, verify_hosts) and those run once
+# (preflight_collisions, verify_smoke, verify_fabric); a phase with no parts (cluster, platform) is one.
+PHASES = ("preflight", "host", "cluster", "platform", "verify")
+PER_SLICE = {stem: phase for phase, (per_slice, _) in PARTS.items() for stem in per_slice}
+PART_PHASE = {
+    **{phase: phase for phase in PHASES},
+    **{stem: phase for phase, (per_slice, once) in PARTS.items() for stem in (*per_slice, *once)},
+}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -337,13 +347,15 @@ class Cost:
 
     per_host_cpu: float  # controller CPU-seconds per host (every process of the tree, one shard)
     root_per_host: float  # gpubring's own process's (one process however many shards)
-    unsplit_per_host: float  # the busiest process of each phase that runs as one process, added up
-    split_per_host: float  # the busiest process of the sharded phase, at `measured_shards` shards
+    once_per_host: float  # the busiest process of each step that runs once (one process), added up
+    host_per_host: float  # the busiest process of the host phase's step, at `measured_shards` shards
+    checks_per_host: float  # preflight's and verify's sharded steps: their busiest processes, added up
     measured_shards: int
     startup_s: float  # from the command's start to its first ansible-playbook process
     round_s: float  # seconds per task when every host is worked at once (one fork round)
-    tasks_unsplit: int  # task results per host in the phases that run as one process
-    tasks_split: int  # task results per host in the sharded phase
+    tasks_once: int  # task results per host in the parts that run once
+    tasks_host: int  # task results per host in the host phase (sharded one per core)
+    tasks_checks: int  # task results per host in preflight's and verify's per-slice parts
 
 
 @dataclass(frozen=True)
@@ -351,45 +363,71 @@ class Projection:
     hosts: int
     cores: int
     shards: int
+    check_shards: int  # preflight's and verify's shards (gpubring_shards auto: one per 8 hosts)
     forks: int
     cpu_bound_s: float  # all controller CPU spread over the cores
-    serial_bound_s: float  # the busiest single process, on one core
-    latency_bound_s: float  # task rounds: each task waits for ceil(hosts / (shards x forks)) rounds
+    serial_bound_s: float  # the busiest single process of each step, one after the other, one core each
+    latency_bound_s: float  # task rounds: each task waits for ceil(hosts / (its shards x forks)) rounds
     wall_s: float  # the terms overlapping fully (the longest of them): the low end
     wall_upper_s: float  # the busiest process's path and the task rounds not overlapping: the high end
 
 
-def project(cost: Cost, *, hosts: int, cores: int, shards: int, forks: int) -> Projection:
-    """Wall time of a no-op over `hosts` on a `cores`-core controller with `shards` ansible-playbook
-    processes of `forks` forks each in the sharded phase: the start-up, plus the longest of
+def auto_check_shards(hosts: int, shards: int) -> int:
+    """Preflight's and verify's shards under gpubring_shards auto with `shards` for the host phase: at
+    most one per CHECK_HOSTS_PER_SHARD hosts, one process below two shards' worth (shards.plan)."""
+    checks = min(shards, hosts // CHECK_HOSTS_PER_SHARD)
+    return checks if checks >= 2 else 1
+
+
+def project(
+    cost: Cost, *, hosts: int, cores: int, shards: int, forks: int, check_shards: int | None = None
+) -> Projection:
+    """Wall time of a no-op over `hosts` on a `cores`-core controller, the host phase in `shards`
+    ansible-playbook processes and preflight's and verify's per-host parts in `check_shards` (default:
+    what gpubring_shards auto gives them), `forks` forks each: the start-up, plus the longest of
     - all controller CPU spread over the cores;
-    - the busiest process's path, on one core: gpubring's own (concurrent with the rest), or the
-      phases that run as one process one after the other plus the sharded phase's busiest process,
-      which carries measured_shards / shards of what it carried when measured;
-    - the task rounds: each task waits for ceil(hosts / forks) rounds in a phase of one process,
-      ceil(hosts / (shards x forks)) in the sharded phase.
+    - the busiest process's path, on one core: gpubring's own (concurrent with the rest), or the steps
+      one after the other: each once-only step's process, and each sharded step's busiest process,
+      which carries measured_shards / its shards of what it carried when measured;
+    - the task rounds: each task waits for ceil(hosts / forks) rounds in a part that runs once,
+      ceil(hosts / (shards x forks)) in a sharded one.
     The nodes' CPU is their own. The high end adds the last two instead (no overlap at all)."""
+    checks = auto_check_shards(hosts, shards) if check_shards is None else check_shards
+    m = cost.measured_shards
     cpu_bound = hosts * cost.per_host_cpu / cores
-    split = cost.split_per_host * cost.measured_shards / max(1, shards)
-    serial = hosts * max(cost.root_per_host, cost.unsplit_per_host + split)
-    rounds_one = -(-hosts // max(1, forks))
-    rounds_split = -(-hosts // max(1, shards * forks))
-    latency = cost.round_s * (cost.tasks_unsplit * rounds_one + cost.tasks_split * rounds_split)
+    split = cost.host_per_host * m / max(1, shards) + cost.checks_per_host * m / max(1, checks)
+    serial = hosts * max(cost.root_per_host, cost.once_per_host + split)
+    latency = cost.round_s * (
+        cost.tasks_once * -(-hosts // max(1, forks))
+        + cost.tasks_host * -(-hosts // max(1, shards * forks))
+        + cost.tasks_checks * -(-hosts // max(1, checks * forks))
+    )
     wall = cost.startup_s + max(cpu_bound, serial, latency)
     upper = cost.startup_s + max(cpu_bound, serial + latency)
-    return Projection(hosts, cores, shards, forks, cpu_bound, serial, latency, wall, upper)
+    return Projection(hosts, cores, shards, checks, forks, cpu_bound, serial, latency, wall, upper)
 
 
-def split_costs(row: Mapping[str, Any]) -> tuple[float, float]:
-    """(unsplit, split) CPU-seconds per host of a row's busiest processes: a playbook run by one main
-    process is a phase of one process (their busiest processes add up: they run one after the other);
-    a playbook run by several is the sharded phase (its busiest process)."""
-    mains: dict[str, list[dict[str, Any]]] = {}
+def split_costs(row: Mapping[str, Any]) -> tuple[float, float, float]:
+    """(once, host, checks) CPU-seconds per host of a sharded row's busiest processes. The processes
+    are grouped by the step's playbook (run-N.yml): a step run by one main process runs once (their
+    busiest processes add up: the steps run one after the other); a step run by several is sharded:
+    the host phase's step (the one importing host.yml) or a step of preflight's or verify's per-slice
+    parts, each counted by its busiest shard. A sharded step whose parts were not recorded counts as
+    the host phase's (rows measured before the parts were)."""
+    steps: dict[str, list[dict[str, Any]]] = {}
     for seg in row["segments"]:
-        mains.setdefault(seg["playbook"], []).append(seg)
-    unsplit = sum(g[0]["busiest_s"] for g in mains.values() if len(g) == 1)
-    split = max((s["busiest_s"] for g in mains.values() if len(g) > 1 for s in g), default=0.0)
-    return unsplit / row["hosts"], split / row["hosts"]
+        steps.setdefault(seg["playbook"], []).append(seg)
+    once = host = checks = 0.0
+    for step in steps.values():
+        busiest = max(s["busiest_s"] for s in step)
+        parts = step[0].get("parts") or []
+        if len(step) == 1:
+            once += busiest
+        elif SHARDED_PHASE in parts or not parts:
+            host += busiest
+        else:
+            checks += busiest
+    return once / row["hosts"], host / row["hosts"], checks / row["hosts"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -443,20 +481,46 @@ def report_stats(path: Path) -> dict[str, dict[str, int]]:
 
 
 def play_phases(folder: Path) -> dict[str, str]:
-    """{play name: phase} of the phase playbooks (preflight.yml, host.yml, ...) in a folder."""
+    """{play name: part} of the phase playbooks in a folder: each part is a playbook of PART_PHASE
+    (preflight.yml, preflight_collisions.yml, host.yml, verify_hosts.yml, ...), named without .yml.
+    Other playbooks (node_add.yml, upgrade.yml, site.yml's imports) are not read: a play of theirs
+    with a phase's play name must not take it over."""
     out: dict[str, str] = {}
-    for playbook in sorted(folder.glob("*.yml")):
-        plays = yaml.safe_load(playbook.read_text(encoding="utf-8"))
+    for stem in PART_PHASE:
+        playbook = folder / f"{stem}.yml"
+        plays = yaml.safe_load(playbook.read_text(encoding="utf-8")) if playbook.is_file() else None
         for play in plays if isinstance(plays, list) else []:
-            if isinstance(play, dict) and isinstance(play.get("name"), str):
-                out.setdefault(play["name"], playbook.stem)
+            if isinstance(play, dict) and isinstance(play.get("name"), str) and "hosts" in play:
+                out.setdefault(play["name"], stem)
     return out
 
 
+def step_parts(playbook: Path, run_folder: Path | None = None) -> list[str]:
+    """The phase parts a run's generated playbook imports (run-N.yml of a sharded run's step, or the
+    one process's playbook; a name without a folder is looked for in the run folder's project/, where
+    ansible-runner starts ansible-playbook): the imported playbooks' names without .yml, in order; []
+    when the file is gone or imports nothing."""
+    if not playbook.is_absolute() and run_folder is not None:
+        playbook = run_folder / "project" / playbook
+    try:
+        entries = yaml.safe_load(playbook.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []
+    key = "ansible.builtin.import_playbook"
+    listed = entries if isinstance(entries, list) else []
+    return [Path(str(e[key])).stem for e in listed if isinstance(e, dict) and key in e]
+
+
+def run_folder(report: Path) -> Path | None:
+    """The run folder a run report names (None when it names none)."""
+    folder = json.loads(report.read_text()).get("run_folder") if report.is_file() else None
+    return Path(folder) if folder else None
+
+
 def phase_tasks(report: Path) -> dict[str, int]:
-    """Task results per host and phase (the busiest host's), from the run's ansible-runner job events.
-    An event names its play; the play's phase is the playbooks/<phase>.yml that holds a play of that
-    name (the event's playbook is the run's own, which imports the phases)."""
+    """Task results per host and part (the busiest host's), from the run's ansible-runner job events
+    (every shard's artifacts). An event names its play; the play's part is the phase playbook that
+    holds a play of that name (play_phases; the event's own playbook is the run's generated one)."""
     phases = play_phases(REPO / "playbooks")
     folder = Path(json.loads(report.read_text()).get("run_folder") or "")
     counts: dict[tuple[str, str], int] = {}
@@ -531,7 +595,8 @@ def timed_run(
         "root_cpu_s": sampler.root_seconds(),  # gpubring's own process
         "startup_s": None if first is None else first - start,
         "by_command": sampler.by_command(),
-        "segments": sampler.segments(PLAYBOOK),
+        "segments": [{**seg, "parts": step_parts(Path(seg["playbook"]), run_folder(report))}
+                     for seg in sampler.segments(PLAYBOOK)],
         "phase_tasks": phase_tasks(report),
         "cpu_busy": busy_share(cpu0, cpu1),
         "nodes_cpu_s": None if nodes0 is None or nodes1 is None else nodes1 - nodes0,
@@ -706,23 +771,34 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = 
     base = small[0] if small else one
     tasks = base["phase_tasks"] or {"?": one["tasks_per_host"]}
     if sharded:
-        unsplit, split = split_costs(sharded[0])
+        once, host, checks = split_costs(sharded[0])
         measured = int(sharded[0]["shards"])
-        split_phases = [p for p in tasks if p == SHARDED_PHASE]
-    else:
-        unsplit, split, measured, split_phases = one["busiest_cpu_s"] / one["hosts"], 0.0, 1, []
+        kinds = {part: task_kind(part) for part in tasks}
+    else:  # nothing measured of shards: the one process's busiest, every part once
+        once, host, checks, measured = one["busiest_cpu_s"] / one["hosts"], 0.0, 0.0, 1
+        kinds = {part: "once" for part in tasks}
     startup = base["startup_s"] or 0.0
     return Cost(
         per_host_cpu=one["controller_cpu_s"] / one["hosts"],
         root_per_host=max(r["root_cpu_s"] / r["hosts"] for r in big),
-        unsplit_per_host=unsplit,
-        split_per_host=split,
+        once_per_host=once,
+        host_per_host=host,
+        checks_per_host=checks,
         measured_shards=measured,
         startup_s=startup,
         round_s=(base["wall_s"] - startup) / max(1, sum(tasks.values()) * -(-base["hosts"] // max(1, forks))),
-        tasks_unsplit=sum(n for p, n in tasks.items() if p not in split_phases),
-        tasks_split=sum(n for p, n in tasks.items() if p in split_phases),
+        tasks_once=sum(n for p, n in tasks.items() if kinds[p] == "once"),
+        tasks_host=sum(n for p, n in tasks.items() if kinds[p] == "host"),
+        tasks_checks=sum(n for p, n in tasks.items() if kinds[p] == "checks"),
     )
+
+
+def task_kind(part: str) -> str:
+    """How a sharded run runs a part's tasks: "host" (the host phase, one shard per core), "checks"
+    (preflight's and verify's per-slice parts) or "once"."""
+    if part not in PER_SLICE:
+        return "once"
+    return "host" if PER_SLICE[part] == SHARDED_PHASE else "checks"
 
 
 def projections_of(cost: Cost, forks: int, cores: int = 16) -> list[Projection]:
@@ -794,7 +870,8 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
     projections = projections_of(cost, forks)
     for p in projections:
         print(
-            f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks: "
+            f"projected {p.hosts} host(s) on {p.cores} cores, {p.shards} shard(s) of {p.forks} forks "
+            f"(preflight and verify {p.check_shards}): "
             f"{p.wall_s:.0f}-{p.wall_upper_s:.0f} s (start-up {cost.startup_s:.0f} s; CPU over cores "
             f"{p.cpu_bound_s:.0f} s, busiest process path {p.serial_bound_s:.0f} s, task rounds "
             f"{p.latency_bound_s:.0f} s)"

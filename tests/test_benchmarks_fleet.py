@@ -248,27 +248,39 @@ def test_cpu_times_and_busy_share_from_proc_stat(tmp_path: Path) -> None:
 
 
 COST = fleet.Cost(
-    per_host_cpu=1.6, root_per_host=0.05, unsplit_per_host=0.02, split_per_host=0.4, measured_shards=2,
-    startup_s=3.0, round_s=0.02, tasks_unsplit=50, tasks_split=200,
+    per_host_cpu=1.6, root_per_host=0.05, once_per_host=0.02, host_per_host=0.4, checks_per_host=0.2,
+    measured_shards=2, startup_s=3.0, round_s=0.02, tasks_once=10, tasks_host=200, tasks_checks=40,
 )  # fmt: skip
 
 
 def test_project_takes_the_longest_of_cpu_over_cores_the_busiest_process_and_the_task_rounds() -> None:
     p = fleet.project(COST, hosts=100, cores=16, shards=16, forks=10)
+    assert p.check_shards == 12  # gpubring_shards auto: one per 8 hosts
     assert p.cpu_bound_s == pytest.approx(10.0)  # 160 CPU-s over 16 cores
-    assert p.serial_bound_s == pytest.approx(100 * (0.02 + 0.4 * 2 / 16))  # 0.07 s per host
-    # 50 tasks in 10 rounds (one process, 10 forks) + 200 tasks in one round (16 x 10 forks)
-    assert p.latency_bound_s == pytest.approx(0.02 * (50 * 10 + 200 * 1))
-    assert p.wall_s == pytest.approx(3.0 + 14.0)
-    assert p.wall_upper_s == pytest.approx(3.0 + 7.0 + 14.0)  # path and rounds one after the other
+    assert p.serial_bound_s == pytest.approx(100 * (0.02 + 0.4 * 2 / 16 + 0.2 * 2 / 12))
+    # 10 tasks in 10 rounds (once, 10 forks), 200 in one round (16 x 10 forks), 40 in one (12 x 10)
+    assert p.latency_bound_s == pytest.approx(0.02 * (10 * 10 + 200 * 1 + 40 * 1))
+    assert p.wall_s == pytest.approx(3.0 + 100 * (0.02 + 0.05 + 0.4 / 12))  # the path: 10.3 s > 10 s
+    assert p.wall_upper_s == pytest.approx(3.0 + p.serial_bound_s + p.latency_bound_s)
     big = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=10)
-    assert big.latency_bound_s == pytest.approx(0.02 * (50 * 100 + 200 * 7))  # ceil(1000 / 160) = 7
-    assert big.wall_s == pytest.approx(3.0 + 128.0)
+    assert big.check_shards == 16
+    assert big.latency_bound_s == pytest.approx(0.02 * (10 * 100 + 200 * 7 + 40 * 7))  # ceil(1000/160)
+    assert big.wall_s == pytest.approx(3.0 + 100.0)  # 1,600 CPU-s over 16 cores
     many_forks = fleet.project(COST, hosts=1000, cores=16, shards=16, forks=50)
-    assert many_forks.latency_bound_s == pytest.approx(0.02 * (50 * 20 + 200 * 2))
-    assert many_forks.wall_s == pytest.approx(3.0 + 100.0)  # CPU over cores: 1,600 CPU-s / 16
+    assert many_forks.latency_bound_s == pytest.approx(0.02 * (10 * 20 + 200 * 2 + 40 * 2))
     one_process = fleet.project(COST, hosts=1000, cores=16, shards=1, forks=10)
-    assert one_process.serial_bound_s == pytest.approx(1000 * (0.02 + 0.8))  # the host phase unsplit
+    assert one_process.check_shards == 1
+    assert one_process.serial_bound_s == pytest.approx(1000 * (0.02 + 0.8 + 0.4))  # nothing split
+
+
+def test_project_shards_preflight_and_verify_as_gpubring_shards_auto_does() -> None:
+    assert [fleet.auto_check_shards(n, 16) for n in (1, 15, 16, 23, 100, 1000)] == [1, 1, 2, 2, 12, 16]
+    assert fleet.auto_check_shards(100, 4) == 4  # never more than the host phase's
+    small = fleet.project(COST, hosts=10, cores=16, shards=10, forks=10)
+    assert small.check_shards == 1  # below 16 hosts preflight and verify run as one process
+    assert small.serial_bound_s == pytest.approx(10 * (0.02 + 0.4 * 2 / 10 + 0.2 * 2))
+    asked = fleet.project(COST, hosts=10, cores=16, shards=10, forks=10, check_shards=10)
+    assert asked.serial_bound_s == pytest.approx(10 * (0.02 + 0.4 * 2 / 10 + 0.2 * 2 / 10))
 
 
 def test_project_never_splits_gpubrings_own_process() -> None:
@@ -278,17 +290,53 @@ def test_project_never_splits_gpubrings_own_process() -> None:
     assert p.wall_s == pytest.approx(53.0)
 
 
-def test_split_costs_adds_the_phases_of_one_process_and_takes_the_busiest_shard() -> None:
+def test_split_costs_tells_the_once_steps_the_host_phase_and_the_sharded_checks_apart() -> None:
+    def seg(step: int, busiest: float, parts: list[str]) -> dict[str, object]:
+        return {"playbook": f"run-{step}.yml", "busiest_s": busiest, "total_s": busiest, "parts": parts}
+
     row = {
         "hosts": 10,
         "segments": [
-            {"playbook": "/r/project/segment-1.yml", "busiest_s": 2.0, "total_s": 3.0},  # preflight
-            {"playbook": "/r/project/segment-2.yml", "busiest_s": 5.0, "total_s": 6.0},  # host, shard 1
-            {"playbook": "/r/project/segment-2.yml", "busiest_s": 6.0, "total_s": 7.0},  # host, shard 2
-            {"playbook": "/r/project/segment-3.yml", "busiest_s": 1.0, "total_s": 1.5},  # verify
+            seg(1, 2.0, ["preflight"]), seg(1, 2.5, ["preflight"]),  # preflight's shards
+            seg(2, 5.0, ["preflight_collisions", "host"]), seg(2, 6.0, ["preflight_collisions", "host"]),
+            seg(3, 1.0, ["verify_hosts"]), seg(3, 1.5, ["verify_hosts"]),
+            seg(4, 0.7, ["verify_smoke", "verify_fabric"]),  # once, one process
         ],
-    }
-    assert fleet.split_costs(row) == (pytest.approx(0.3), pytest.approx(0.6))
+    }  # fmt: skip
+    assert fleet.split_costs(row) == (pytest.approx(0.07), pytest.approx(0.6), pytest.approx(0.4))
+    # a row measured before the parts were recorded: a sharded step is the host phase's, as then
+    old = {"hosts": 10, "segments": [
+        {"playbook": "/r/segment-1.yml", "busiest_s": 2.0, "total_s": 3.0},
+        {"playbook": "/r/segment-2.yml", "busiest_s": 5.0, "total_s": 6.0},
+        {"playbook": "/r/segment-2.yml", "busiest_s": 6.0, "total_s": 7.0},
+    ]}  # fmt: skip
+    assert fleet.split_costs(old) == (pytest.approx(0.2), pytest.approx(0.6), 0.0)
+
+
+def test_step_parts_reads_the_generated_step_playbook(tmp_path: Path) -> None:
+    (tmp_path / "project").mkdir()
+    step = [
+        {"name": "Phase preflight", "ansible.builtin.import_playbook": "/p/preflight_collisions.yml"},
+        {"name": "Phase host (host)", "ansible.builtin.import_playbook": "/p/host.yml"},
+    ]
+    (tmp_path / "project" / "run-2.yml").write_text(yaml.safe_dump(step))
+    assert fleet.step_parts(Path("run-2.yml"), tmp_path) == ["preflight_collisions", "host"]
+    assert fleet.step_parts(tmp_path / "project" / "run-2.yml") == ["preflight_collisions", "host"]
+    assert fleet.step_parts(Path("run-9.yml"), tmp_path) == []
+
+
+def test_play_phases_maps_every_play_of_the_phase_parts_and_nothing_else() -> None:
+    plays = fleet.play_phases(REPO / "playbooks")
+    assert plays["Preflight checks on every host"] == "preflight"
+    assert plays["Compare host names and addresses across the hosts of preflight"] == "preflight_collisions"
+    assert plays["Host setup on every node"] == "host"
+    assert plays["Verify every host and the cluster"] == "verify_hosts"
+    assert plays["Test the cluster once after the verify shards"] == "verify_smoke"
+    assert plays["Test the GPU fabric in the cluster"] == "verify_fabric"
+    assert set(plays.values()) <= set(fleet.PART_PHASE)  # no node_add.yml, upgrade.yml, site.yml
+    assert "Verify every host" not in plays  # verify.yml's import entry is no play
+    kinds = [fleet.task_kind(p) for p in ("host", "preflight", "verify_hosts", "verify_smoke", "?")]
+    assert kinds == ["host", "checks", "checks", "once", "once"]
 
 
 def test_segments_groups_forks_under_their_main_process(tmp_path: Path) -> None:
@@ -356,7 +404,10 @@ TWO_SHARDS = _row(10, 2, 23, busiest_cpu_s=1.5 * 23, cpu_busy=0.95, segments=[
     {"playbook": "/r/up-2.yml", "busiest_s": 1.4 * 23, "total_s": 4.0 * 23},
     {"playbook": "/r/up-3.yml", "busiest_s": 0.5 * 23, "total_s": 1.0 * 23},
 ])  # fmt: skip
-SMALL = _row(1, 1, 3, wall_s=24.0, phase_tasks={"preflight": 25, "host": 209, "verify": 66})
+SMALL = _row(1, 1, 3, wall_s=24.0, phase_tasks={
+    "preflight": 16, "preflight_collisions": 1, "host": 4, "verify_hosts": 60, "verify_smoke": 3,
+    "verify_fabric": 216,
+})  # fmt: skip
 
 
 def test_fleet_hosts_leaves_out_the_lab_hosts_the_plan_does_not_name() -> None:
@@ -392,12 +443,13 @@ def test_measured_cost_takes_each_figure_from_its_row() -> None:
     cost = fleet.measured_cost([ONE_SHARD, TWO_SHARDS, SMALL], 10)
     assert cost is not None
     assert cost.per_host_cpu == pytest.approx(10.0)  # the one-shard row of the full fleet
-    assert cost.unsplit_per_host == pytest.approx(0.7)  # preflight 0.2 + verify 0.5 (one process each)
-    assert cost.split_per_host == pytest.approx(1.5)  # the busiest host-phase shard
+    assert cost.once_per_host == pytest.approx(0.7)  # up-1 0.2 + up-3 0.5 (one process each)
+    assert cost.host_per_host == pytest.approx(1.5)  # the busiest shard (no parts recorded: host)
+    assert cost.checks_per_host == 0.0
     assert cost.measured_shards == 2
     assert cost.startup_s == pytest.approx(4.0)
     assert cost.round_s == pytest.approx(20.0 / 300)  # the small fleet: (24 - 4) s over 300 tasks
-    assert (cost.tasks_unsplit, cost.tasks_split) == (91, 209)
+    assert (cost.tasks_once, cost.tasks_host, cost.tasks_checks) == (220, 4, 76)
     assert fleet.measured_cost([SMALL], 10) is None
 
 
