@@ -648,9 +648,16 @@ def save_rows(path: Path, rows: Sequence[Mapping[str, Any]], aliases: int, forks
 
 
 def load_rows(path: Path) -> tuple[list[dict[str, Any]], int, int]:
-    """(rows, aliases, forks) of a file save_rows wrote."""
+    """(rows, aliases, forks) of a file save_rows wrote. A process group saved without the parts of its
+    step (a row measured before they were recorded) gets them from its step's playbook when that is
+    still on disk (the run folder lives in the fleet's inventory folder)."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    return list(data["rows"]), int(data["aliases"]), int(data["forks"])
+    rows = list(data["rows"])
+    for row in rows:
+        for seg in row.get("segments") or []:
+            if "parts" not in seg and seg.get("playbook", "?") != "?":
+                seg["parts"] = step_parts(Path(seg["playbook"]))
+    return rows, int(data["aliases"]), int(data["forks"])
 
 
 def _stop(signum: int, _frame: object) -> None:
@@ -712,7 +719,10 @@ def measure(
         fleet = work / f"fleet{aliases}"
         plan = alias_plan(lab_hosts, aliases)
         names = write_fleet_inventory(lab_dir, fleet, plan)
-        if aliases == args.aliases and not args.reuse_lab:
+        # Untimed first: it proves the aliases equivalent, and the inventory folder is part of what a
+        # host's record of its last host phase covers (hosts left as they are): an inventory's first
+        # run goes through the host phase's roles, its later runs are the no-op measured.
+        if not args.reuse_lab:
             warm = timed_run(fleet, forks, work / f"warm{aliases}.json", args.interval, args.prefix)
             print(
                 f"{len(names)} hosts ({aliases} alias(es) per node): untimed run {warm['wall_s']:.0f} s, "
@@ -759,9 +769,10 @@ def table_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = DEFAULT_FORKS) -> Cost | None:
     """What the projection starts from (docs/fleet.md): the full fleet's one-shard row for the CPU per
-    host, its first sharded row for the split of the busiest process, the small fleet's row (else the
-    full fleet's, whose hosts took ceil(hosts / forks) rounds per task) for the start-up, a task round
-    and the task results per phase. None without a row of the full fleet."""
+    host and the task results per part, its first sharded row for the split of the busiest process,
+    the small fleet's row (else the full fleet's, whose hosts took ceil(hosts / forks) rounds per task)
+    for the start-up and a task round (its wall time over its own task results). None without a row of
+    the full fleet."""
     big = [r for r in rows if r["aliases"] == aliases]
     small = [r for r in rows if r["aliases"] != aliases]
     if not big:
@@ -769,7 +780,10 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = 
     one = big[0]
     sharded = [r for r in big if r["shards"] > 1]
     base = small[0] if small else one
-    tasks = base["phase_tasks"] or {"?": one["tasks_per_host"]}
+    # The task results of the no-op: the full fleet's one-shard row's (the small fleet's inventory is
+    # another folder, so a lab measured before its untimed run went through the host phase's roles).
+    tasks = one["phase_tasks"] or {"?": one["tasks_per_host"]}
+    base_tasks = sum(base["phase_tasks"].values()) or base["tasks_per_host"]
     if sharded:
         once, host, checks = split_costs(sharded[0])
         measured = int(sharded[0]["shards"])
@@ -786,7 +800,7 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = 
         checks_per_host=checks,
         measured_shards=measured,
         startup_s=startup,
-        round_s=(base["wall_s"] - startup) / max(1, sum(tasks.values()) * -(-base["hosts"] // max(1, forks))),
+        round_s=(base["wall_s"] - startup) / max(1, base_tasks * -(-base["hosts"] // max(1, forks))),
         tasks_once=sum(n for p, n in tasks.items() if kinds[p] == "once"),
         tasks_host=sum(n for p, n in tasks.items() if kinds[p] == "host"),
         tasks_checks=sum(n for p, n in tasks.items() if kinds[p] == "checks"),
@@ -866,6 +880,9 @@ def summarise(rows: list[dict[str, Any]], aliases: int, forks: int, out: Path | 
     if cost is None:
         print(f"no row of the full fleet ({aliases} aliases): no projection")
         return
+    for r in rows:
+        parts = ", ".join(f"{part} {n}" for part, n in r["phase_tasks"].items())
+        print(f"task results per host, {r['hosts']} hosts {r['shard_label']}: {parts or 'not recorded'}")
     print(f"\nmeasured: {cost}")
     projections = projections_of(cost, forks)
     for p in projections:

@@ -397,17 +397,19 @@ def _row(aliases: int, shards: int, hosts: int, **figures: object) -> dict[str, 
     return row
 
 
-ONE_SHARD = _row(10, 1, 23)
+NOOP_TASKS = {
+    "preflight": 16, "preflight_collisions": 1, "host": 4, "verify_hosts": 60, "verify_smoke": 3,
+    "verify_fabric": 216,
+}  # fmt: skip
+ONE_SHARD = _row(10, 1, 23, phase_tasks=NOOP_TASKS)
 TWO_SHARDS = _row(10, 2, 23, busiest_cpu_s=1.5 * 23, cpu_busy=0.95, segments=[
     {"playbook": "/r/up-1.yml", "busiest_s": 0.2 * 23, "total_s": 0.3 * 23},
     {"playbook": "/r/up-2.yml", "busiest_s": 1.5 * 23, "total_s": 4.0 * 23},
     {"playbook": "/r/up-2.yml", "busiest_s": 1.4 * 23, "total_s": 4.0 * 23},
     {"playbook": "/r/up-3.yml", "busiest_s": 0.5 * 23, "total_s": 1.0 * 23},
 ])  # fmt: skip
-SMALL = _row(1, 1, 3, wall_s=24.0, phase_tasks={
-    "preflight": 16, "preflight_collisions": 1, "host": 4, "verify_hosts": 60, "verify_smoke": 3,
-    "verify_fabric": 216,
-})  # fmt: skip
+# the small fleet's first run of its inventory: the host phase's roles ran (not left out)
+SMALL = _row(1, 1, 3, wall_s=24.0, phase_tasks={**NOOP_TASKS, "host": 180, "verify_fabric": 40})
 
 
 def test_fleet_hosts_leaves_out_the_lab_hosts_the_plan_does_not_name() -> None:
@@ -448,7 +450,8 @@ def test_measured_cost_takes_each_figure_from_its_row() -> None:
     assert cost.checks_per_host == 0.0
     assert cost.measured_shards == 2
     assert cost.startup_s == pytest.approx(4.0)
-    assert cost.round_s == pytest.approx(20.0 / 300)  # the small fleet: (24 - 4) s over 300 tasks
+    assert cost.round_s == pytest.approx(20.0 / 300)  # the small fleet: (24 - 4) s over its 300 tasks
+    # the tasks of the no-op: the full fleet's (host phase left out: 4), not the small fleet's (180)
     assert (cost.tasks_once, cost.tasks_host, cost.tasks_checks) == (220, 4, 76)
     assert fleet.measured_cost([SMALL], 10) is None
 
@@ -523,6 +526,8 @@ def test_node_add_scaling_lines_give_the_ratios_and_the_slope() -> None:
 def test_measured_cost_without_the_small_fleet_counts_the_full_fleets_rounds() -> None:
     cost = fleet.measured_cost([ONE_SHARD], 10, forks=10)
     assert cost is not None
-    # 23 hosts at 10 forks: each of the 298 tasks took 3 rounds of the (100 - 4) s
-    assert cost.round_s == pytest.approx(96.0 / (298 * 3))
-    assert fleet.measured_cost([ONE_SHARD], 10, forks=50).round_s == pytest.approx(96.0 / 298)
+    # 23 hosts at 10 forks: each of the 300 tasks took 3 rounds of the (100 - 4) s
+    assert cost.round_s == pytest.approx(96.0 / (300 * 3))
+    assert fleet.measured_cost([ONE_SHARD], 10, forks=50).round_s == pytest.approx(96.0 / 300)
+    bare = _row(10, 1, 23)  # no job events read: the busiest host's results (298)
+    assert fleet.measured_cost([bare], 10, forks=50).round_s == pytest.approx(96.0 / 298)
