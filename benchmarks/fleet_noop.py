@@ -351,6 +351,7 @@ class Cost:
     host_per_host: float  # the busiest process of the host phase's step, at `measured_shards` shards
     checks_per_host: float  # preflight's and verify's sharded steps: their busiest processes, added up
     measured_shards: int
+    per_process_cpu: float  # controller CPU-seconds each ansible-playbook process beyond the first adds
     startup_s: float  # from the command's start to its first ansible-playbook process
     round_s: float  # seconds per task when every host is worked at once (one fork round)
     tasks_once: int  # task results per host in the parts that run once
@@ -365,6 +366,7 @@ class Projection:
     shards: int
     check_shards: int  # preflight's and verify's shards (gpubring_shards auto: one per 8 hosts)
     forks: int
+    processes: int  # ansible-playbook processes of the run (main ones: one per shard and once-only step)
     cpu_bound_s: float  # all controller CPU spread over the cores
     serial_bound_s: float  # the busiest single process of each step, one after the other, one core each
     latency_bound_s: float  # task rounds: each task waits for ceil(hosts / (its shards x forks)) rounds
@@ -385,7 +387,8 @@ def project(
     """Wall time of a no-op over `hosts` on a `cores`-core controller, the host phase in `shards`
     ansible-playbook processes and preflight's and verify's per-host parts in `check_shards` (default:
     what gpubring_shards auto gives them), `forks` forks each: the start-up, plus the longest of
-    - all controller CPU spread over the cores;
+    - all controller CPU spread over the cores: the one process's cost per host, plus what each
+      further ansible-playbook process costs (its start, inventory and variables: per_process_cpu);
     - the busiest process's path, on one core: gpubring's own (concurrent with the rest), or the steps
       one after the other: each once-only step's process, and each sharded step's busiest process,
       which carries measured_shards / its shards of what it carried when measured;
@@ -394,7 +397,8 @@ def project(
     The nodes' CPU is their own. The high end adds the last two instead (no overlap at all)."""
     checks = auto_check_shards(hosts, shards) if check_shards is None else check_shards
     m = cost.measured_shards
-    cpu_bound = hosts * cost.per_host_cpu / cores
+    processes = playbook_processes(shards, checks)
+    cpu_bound = (hosts * cost.per_host_cpu + (processes - 1) * cost.per_process_cpu) / cores
     split = cost.host_per_host * m / max(1, shards) + cost.checks_per_host * m / max(1, checks)
     serial = hosts * max(cost.root_per_host, cost.once_per_host + split)
     latency = cost.round_s * (
@@ -404,7 +408,18 @@ def project(
     )
     wall = cost.startup_s + max(cpu_bound, serial, latency)
     upper = cost.startup_s + max(cpu_bound, serial + latency)
-    return Projection(hosts, cores, shards, checks, forks, cpu_bound, serial, latency, wall, upper)
+    return Projection(hosts, cores, shards, checks, forks, processes, cpu_bound, serial, latency, wall, upper)
+
+
+def playbook_processes(shards: int, check_shards: int) -> int:
+    """The main ansible-playbook processes of a no-op of preflight, host and verify: one when nothing
+    is sharded; else the host phase's shards, preflight's and verify's (one process each when they are
+    not split: their whole phase) and one for verify's once-only parts when verify is split."""
+    if shards < 2 and check_shards < 2:
+        return 1
+    if check_shards < 2:
+        return shards + 2
+    return shards + 2 * check_shards + 1
 
 
 def split_costs(row: Mapping[str, Any]) -> tuple[float, float, float]:
@@ -788,8 +803,13 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = 
         once, host, checks = split_costs(sharded[0])
         measured = int(sharded[0]["shards"])
         kinds = {part: task_kind(part) for part in tasks}
+        # what the sharded row's extra processes cost beyond the one-shard row's (same hosts)
+        extra = len(sharded[0]["segments"]) - max(1, len(one["segments"]))
+        more = sharded[0]["controller_cpu_s"] - one["controller_cpu_s"]
+        per_process = max(0.0, more / extra) if extra > 0 else 0.0
     else:  # nothing measured of shards: the one process's busiest, every part once
         once, host, checks, measured = one["busiest_cpu_s"] / one["hosts"], 0.0, 0.0, 1
+        per_process = 0.0
         kinds = {part: "once" for part in tasks}
     startup = base["startup_s"] or 0.0
     return Cost(
@@ -799,6 +819,7 @@ def measured_cost(rows: Sequence[Mapping[str, Any]], aliases: int, forks: int = 
         host_per_host=host,
         checks_per_host=checks,
         measured_shards=measured,
+        per_process_cpu=per_process,
         startup_s=startup,
         round_s=(base["wall_s"] - startup) / max(1, base_tasks * -(-base["hosts"] // max(1, forks))),
         tasks_once=sum(n for p, n in tasks.items() if kinds[p] == "once"),

@@ -249,7 +249,8 @@ def test_cpu_times_and_busy_share_from_proc_stat(tmp_path: Path) -> None:
 
 COST = fleet.Cost(
     per_host_cpu=1.6, root_per_host=0.05, once_per_host=0.02, host_per_host=0.4, checks_per_host=0.2,
-    measured_shards=2, startup_s=3.0, round_s=0.02, tasks_once=10, tasks_host=200, tasks_checks=40,
+    measured_shards=2, per_process_cpu=0.0, startup_s=3.0, round_s=0.02, tasks_once=10, tasks_host=200,
+    tasks_checks=40,
 )  # fmt: skip
 
 
@@ -281,6 +282,16 @@ def test_project_shards_preflight_and_verify_as_gpubring_shards_auto_does() -> N
     assert small.serial_bound_s == pytest.approx(10 * (0.02 + 0.4 * 2 / 10 + 0.2 * 2))
     asked = fleet.project(COST, hosts=10, cores=16, shards=10, forks=10, check_shards=10)
     assert asked.serial_bound_s == pytest.approx(10 * (0.02 + 0.4 * 2 / 10 + 0.2 * 2 / 10))
+
+
+def test_project_adds_what_each_further_playbook_process_costs() -> None:
+    costly = fleet.Cost(**{**COST.__dict__, "per_process_cpu": 4.0})
+    p = fleet.project(costly, hosts=100, cores=16, shards=16, forks=10)
+    assert p.processes == 16 + 2 * 12 + 1  # host phase, preflight, verify, the once-only step
+    assert p.cpu_bound_s == pytest.approx((160 + 40 * 4.0) / 16)
+    assert fleet.project(costly, hosts=1, cores=16, shards=1, forks=10).processes == 1
+    assert fleet.project(costly, hosts=10, cores=16, shards=10, forks=10).processes == 12  # checks whole
+    assert [fleet.playbook_processes(s, c) for s, c in ((1, 1), (2, 1), (2, 2), (16, 16))] == [1, 4, 7, 49]
 
 
 def test_project_never_splits_gpubrings_own_process() -> None:
@@ -402,7 +413,7 @@ NOOP_TASKS = {
     "verify_fabric": 216,
 }  # fmt: skip
 ONE_SHARD = _row(10, 1, 23, phase_tasks=NOOP_TASKS)
-TWO_SHARDS = _row(10, 2, 23, busiest_cpu_s=1.5 * 23, cpu_busy=0.95, segments=[
+TWO_SHARDS = _row(10, 2, 23, busiest_cpu_s=1.5 * 23, controller_cpu_s=11.0 * 23, cpu_busy=0.95, segments=[
     {"playbook": "/r/up-1.yml", "busiest_s": 0.2 * 23, "total_s": 0.3 * 23},
     {"playbook": "/r/up-2.yml", "busiest_s": 1.5 * 23, "total_s": 4.0 * 23},
     {"playbook": "/r/up-2.yml", "busiest_s": 1.4 * 23, "total_s": 4.0 * 23},
@@ -449,6 +460,7 @@ def test_measured_cost_takes_each_figure_from_its_row() -> None:
     assert cost.host_per_host == pytest.approx(1.5)  # the busiest shard (no parts recorded: host)
     assert cost.checks_per_host == 0.0
     assert cost.measured_shards == 2
+    assert cost.per_process_cpu == pytest.approx(23.0 / 3)  # 23 CPU-s more in 4 processes than in 1
     assert cost.startup_s == pytest.approx(4.0)
     assert cost.round_s == pytest.approx(20.0 / 300)  # the small fleet: (24 - 4) s over its 300 tasks
     # the tasks of the no-op: the full fleet's (host phase left out: 4), not the small fleet's (180)
