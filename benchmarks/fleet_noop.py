@@ -20,7 +20,10 @@
    that templates from inventory_hostname and the script stops), then per --shards value a timed
    no-op `gpubring up` of the fleet: wall time, changed tasks (must be 0), controller CPU seconds per
    host, the busiest controller process and its share, how busy the machine's CPUs were, the nodes'
-   CPU seconds. `gpubring lab down` at the end unless --keep-lab.
+   CPU seconds. `gpubring lab down` at the end unless --keep-lab. The small fleet (--small names per
+   container) gets its own untimed run first too: a host's record of its last host phase covers the
+   inventory folder (hosts left as they are), so an inventory's first run goes through the host
+   phase's roles and only the runs after it are no-ops.
 
 What the aliases share, and what this does not measure:
 - The host phase templates nothing from inventory_hostname (the node name is used by the cluster
