@@ -77,7 +77,8 @@ def test_wheel_installs_and_plans_the_sample_outside_the_checkout(tmp_path: Path
     playbook_root = site_packages / "gpubring" / "project"
     assert [p["phase"] for p in doc["phases"]] == ["preflight", "host", "cluster", "platform", "verify"]
     assert (playbook_root / doc["phases"][1]["playbook"]).is_file()
-    assert doc["phases"][1]["plays"][1]["roles"] == [
+    plays = {play["name"]: play for play in doc["phases"][1]["plays"]}
+    assert plays["GPU host setup on GPU nodes"]["roles"] == [
         "nvidia_driver",
         "nvidia_container_toolkit",
         "rdma",
