@@ -162,6 +162,16 @@ def _ansible_ready() -> None:
         if "_collection_finder" not in type(getattr(sys.modules[name], "__loader__", None)).__module__:
             del sys.modules[name]
     init_plugin_loader([str(paths.collections_path())])
+    # Ansible resolves the enabled vars plugins once, the first time anything in this process asks for
+    # variables (ansible.vars.plugins._prime_vars_loader) and keeps them: had something read variables
+    # before this (a test, an embedding program), the collection's plugin was not importable then and
+    # stays left out, and every render misses gpubring_matrix. Ask for each by name now: the vars
+    # loader adds it to the plugins it runs.
+    from ansible.plugins.loader import vars_loader
+
+    for name in constants.VARIABLE_PLUGINS_ENABLED:
+        if name:
+            vars_loader.get(name)
 
 
 class _RefusingLookups:
