@@ -188,6 +188,17 @@ def test_the_inputs_change_with_the_inventory_and_the_extra_vars_not_the_runs(tm
     assert hoststate.inputs_digest(_settings(tmp_path)) != first
 
 
+def test_a_fifo_in_the_inventory_folder_is_named_not_read(tmp_path: Path) -> None:
+    """Reading a FIFO blocks until a writer comes: the digest would hang the run before any host."""
+    inv = tmp_path / "inv"
+    inv.mkdir()
+    (inv / "hosts.yml").write_text("all: {}\n")
+    os.mkfifo(inv / "pipe")
+    digest = hoststate.inputs_digest(_settings(tmp_path))
+    (inv / "pipe").unlink()
+    assert hoststate.inputs_digest(_settings(tmp_path)) != digest
+
+
 # --- what the module reads covers what the roles write ---------------------------------------------
 
 HOST_ROLES = (

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -47,7 +48,9 @@ def _add_tree(hasher: hashlib._Hash, label: str, top: Path) -> None:
         try:
             info = path.stat()
             hasher.update(f"{label}/{path.relative_to(top.parent)}\0".encode())
-            if info.st_size > BIG:
+            if not stat.S_ISREG(info.st_mode):  # a FIFO or socket would block a read: its name and kind
+                hasher.update(f"{stat.S_IFMT(info.st_mode):o}\0".encode())
+            elif info.st_size > BIG:
                 hasher.update(f"{info.st_size} {info.st_mtime_ns}\0".encode())
             else:
                 hasher.update(path.read_bytes())
