@@ -540,11 +540,12 @@ def _smoke_nodes(result: RunResult) -> list[str]:
 
 
 def test_hosts_that_collide_across_shards_fail_preflight_as_in_one_process(inventory: Path) -> None:
-    """The real collision check (playbooks/preflight_collisions.yml, roles/preflight/tasks/collisions.yml)
-    after two preflight shards, on the facts they left in the fact cache: n1 and n4, read by different
-    shards, both fail with one process's words, naming each other, and nothing of verify runs on them;
-    the smoke tests (once, after verify's shards) find the GPU nodes left from the verdicts the shards
-    kept. Checked to fail without the step: each shard saw one of the two hosts only, and passed it."""
+    """The real collision check (playbooks/preflight_collisions.yml,
+    roles/preflight/tasks/collisions_apart.yml) after two preflight shards, on the facts they left in
+    the fact cache: n1 and n4, read by different shards, both fail with one process's words, naming
+    each other, and nothing of verify runs on them; the smoke tests (once, after verify's shards) find
+    the GPU nodes left from the verdicts the shards kept. Checked to fail without the step: each shard
+    saw one of the two hosts only, and passed it."""
     one = _run(inventory, 1, phases=("preflight", "verify"), recorded=RECORDED)
     two = _run(inventory, 2, phases=("preflight", "verify"), recorded=RECORDED)
     expected = [

@@ -368,7 +368,10 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     makes are one tagged shell call each (preflight's df, timedatectl and mountinfo; verify's containerd
     unit, plugins, config.toml and merged configuration; the acceptance tools), verdicts are computed in
     one task (preflight's NUMA warnings, verify's containerd check, each acceptance record). Before:
-    preflight 25 results, verify 19, gpu_acceptance 40 and a loop of 6."""
+    preflight 25 results, verify 19, gpu_acceptance 40 and a loop of 6. preflight then: its time
+    services read in its one shell call (a service_facts call before), its OS variables a dictionary
+    (an include_vars), its checks, downloads and collision lines published in the task that checks (a
+    set_fact each before), the warnings printed with the summary: 9."""
     inventory = tmp_path / "hosts.yml"
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory.write_text(
@@ -415,7 +418,7 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
         assert not [r for r in ran if r.get("results")], "a task ran as a loop (one execution per item)"
         counts[play["play"]["name"]] = len(ran)
     seen = {name: [r["name"] for r in _host_results(result, name)] for name in counts}
-    assert counts["preflight"] <= 16, seen["preflight"]  # with the facts and the argument check; 25 before
+    assert counts["preflight"] <= 9, seen["preflight"]  # with the facts and the argument check; 25, then 16
     assert counts["verify"] <= 13, seen["verify"]  # 19 before (with the kernel checks localhost runs)
     assert counts["acceptance"] <= 23, seen["acceptance"]  # 40 before, one of them a loop of 6
     assert "Check containerd" in seen["verify"] and "Publish gpu_acceptance_result" in seen["acceptance"]
