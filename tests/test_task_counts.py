@@ -421,6 +421,10 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     assert counts["preflight"] <= 9, seen["preflight"]  # with the facts and the argument check; 25, then 16
     assert counts["verify"] <= 13, seen["verify"]  # 19 before (with the kernel checks localhost runs)
     assert counts["acceptance"] <= 23, seen["acceptance"]  # 40 before, one of them a loop of 6
+    # The GPU facts verify gathered (the play before, same host) are read, not gathered again; the
+    # gpu_acceptance scenario (no verify before it) gathers them.
+    acceptance = {r["name"]: r for r in _host_results(result, "acceptance")}
+    assert acceptance["Gather the GPU, NVSwitch, RDMA NIC and NUMA facts"].get("skipped"), acceptance
     assert "Check containerd" in seen["verify"] and "Publish gpu_acceptance_result" in seen["acceptance"]
     # The acceptance records are still every check, each skipped here with its reason.
     published = next(
