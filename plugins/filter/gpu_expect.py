@@ -23,6 +23,7 @@ gpu_acceptance_pcie(sysfs_lines, gpu_addresses, check_gpu_speed=False) -> [check
 gpu_acceptance_ib_write_bw(stdout, device, rc, min_gbps) -> check
 gpu_acceptance_ib_write_bw_runs(registered_loop_results) -> [check per run]
 gpu_acceptance_rdma_targets(expected, facts, devices=None) -> [{device, port, min_gbps, numa_node, gpu_index}]
+gpu_acceptance_reads(stdout_lines, names) -> {name: {rc, stdout, stdout_lines}} of the reads that ran
 gpu_acceptance_verdict(checks) -> passed | failed | skipped-only
 gpu_acceptance_admission(result, taints, key, when='') -> {state, taints, annotation}
 """
@@ -133,6 +134,12 @@ def rdma_targets(expected: Any, facts: Any, devices: Any = None) -> list[dict[st
     return E.rdma_bandwidth_targets(dict(expected or {}), dict(facts or {}), list(devices or []))
 
 
+def reads(lines: Any, names: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(lines, list) or not isinstance(names, list):
+        raise AnsibleFilterError(f"gpu_acceptance_reads: expected two lists, got {lines!r} and {names!r}")
+    return E.parse_reads([str(line) for line in lines], [str(name) for name in names])
+
+
 def verdict(checks: Any) -> str:
     return E.verdict(list(checks or []))
 
@@ -159,6 +166,7 @@ class FilterModule:
             "gpu_acceptance_ib_write_bw": ib_write_bw,
             "gpu_acceptance_ib_write_bw_runs": ib_write_bw_runs,
             "gpu_acceptance_rdma_targets": rdma_targets,
+            "gpu_acceptance_reads": reads,
             "gpu_acceptance_verdict": verdict,
             "gpu_acceptance_admission": admission,
         }

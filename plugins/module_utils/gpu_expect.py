@@ -985,6 +985,23 @@ def verdict(checks: list[dict[str, Any]]) -> str:
     return "passed" if "passed" in statuses else "skipped-only"
 
 
+def parse_reads(lines: list[str], names: list[str] | tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The answers of the role's one read call (tasks/reads.yml), by read: each read printed a line
+    ``NAME_rc RC`` and then its output, every line prefixed ``NAME `` (a read that did not run printed
+    nothing). Gives each read that ran as a command task registers it: ``{rc, stdout, stdout_lines}``.
+    Lines of a name not in ``names``, or before that read's ``_rc`` line, are left out."""
+    found: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        head, _, rest = line.partition(" ")
+        if head.endswith("_rc") and head[:-3] in names and rest.strip().lstrip("-").isdigit():
+            found[head[:-3]] = {"rc": int(rest), "stdout_lines": []}
+        elif head in found:
+            found[head]["stdout_lines"].append(rest)
+    for read in found.values():
+        read["stdout"] = "\n".join(read["stdout_lines"])
+    return found
+
+
 def dcgm_check(rc: int, stdout: str, level: int) -> dict[str, Any]:
     """``dcgmi diag -r LEVEL -j``: passed when it exits 0 and no test failed."""
     parsed = parse_dcgmi_diag_json(stdout)
