@@ -24,6 +24,7 @@ NVLink and PCIe reads are one shell call, its gate's outcomes one set_fact).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,6 @@ def test_no_play_of_a_run_reads_the_facts_again() -> None:
         ("cluster.yml", "Kubernetes packages on every node"),
         ("cluster.yml", "Control plane"),
         ("cluster.yml", "Workers join"),
-        ("verify_hosts.yml", "Accept the GPU nodes"),  # verify.yml imports it
         ("node_add.yml", "Kubernetes packages on the new nodes"),
     ],
 )
@@ -97,6 +97,19 @@ def test_plays_that_read_facts_import_facts_once_first(playbook: str, play: str)
     plays = {p["name"]: p for name, p in _plays() if name == playbook}
     assert _imports_facts_once(plays[play]), plays[play].get("pre_tasks")
     assert "always" in _first_pre_task(plays[play])["tags"]
+
+
+def test_the_acceptance_play_reads_only_the_gpu_facts() -> None:
+    """verify_hosts.yml's acceptance play imports no facts_once.yml (one task result less per GPU
+    node): gpu_acceptance reads no fact of Ansible's own, only gpubring_gpu_facts, which the verify play
+    before it gathered on the same host or the role gathers itself."""
+    plays = {p["name"]: p for name, p in _plays() if name == "verify_hosts.yml"}
+    assert not _imports_facts_once(plays["Accept the GPU nodes"])
+    role = REPO / "roles" / "gpu_acceptance"
+    text = "\n".join(path.read_text() for path in sorted(role.rglob("*.yml")))
+    uses = re.findall(r"ansible_facts\W{1,2}(\w+)", text)
+    assert uses and set(uses) == {"gpubring_gpu_facts"}, uses
+    assert not re.findall(r"\bansible_(?!facts\b|check_mode\b|failed_|collections\b|version\b)\w+", text)
 
 
 def _run_json(playbook: Path, cache: Path) -> dict[str, Any]:
