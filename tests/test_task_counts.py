@@ -17,8 +17,8 @@ node whose toolkit the GPU Operator owns (its host-side steps one skipped includ
 
 preflight, the per-host verify and gpu_acceptance on a GPU node (run on localhost): 25, 19 and 40
 results (one a loop of 6) before the steps every host runs were imported and their reads and verdicts
-folded; 9, 12 and 15 now (verify imports its kernel checks; gpu_acceptance's health, kernel log,
-NVLink and PCIe reads are one shell call, its gate's outcomes one set_fact).
+folded; 9, 12 and 14 now (verify imports its kernel checks; gpu_acceptance's health, kernel log,
+NVLink and PCIe reads are one shell call, its gate's outcomes one set_fact, its two refusals one assert).
 """
 
 from __future__ import annotations
@@ -385,7 +385,10 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     preflight 25 results, verify 19, gpu_acceptance 40 and a loop of 6. preflight then: its time
     services read in its one shell call (a service_facts call before), its OS variables a dictionary
     (an include_vars), its checks, downloads and collision lines published in the task that checks (a
-    set_fact each before), the warnings printed with the summary: 9."""
+    set_fact each before), the warnings printed with the summary: 9. verify imports its kernel checks:
+    12. gpu_acceptance: its health, kernel log, NVLink and PCIe reads one shell call (five tasks
+    before), the NICs to measure a variable, the gate's outcomes one set_fact (one per outcome before),
+    one assert for a failed check and for nothing measured (two before): 14."""
     inventory = tmp_path / "hosts.yml"
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory.write_text(
@@ -434,7 +437,7 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     seen = {name: [r["name"] for r in _host_results(result, name)] for name in counts}
     assert counts["preflight"] <= 9, seen["preflight"]  # with the facts and the argument check; 25, then 16
     assert counts["verify"] <= 12, seen["verify"]  # 19 before (with the kernel checks localhost runs); 13
-    assert counts["acceptance"] <= 15, seen["acceptance"]  # 40 before, one of them a loop of 6; then 23
+    assert counts["acceptance"] <= 14, seen["acceptance"]  # 40 before, one of them a loop of 6; then 23
     # The GPU facts verify gathered (the play before, same host) are read, not gathered again; the
     # gpu_acceptance scenario (no verify before it) gathers them.
     acceptance = {r["name"]: r for r in _host_results(result, "acceptance")}
