@@ -90,7 +90,8 @@ fi
 if ((PYTEST_BESIDE == 1)); then
   beside pytest pytest -p no:cacheprovider -n "$PYTEST_BESIDE_WORKERS" --dist loadfile -m 'not e2e'
 fi
-beside pytest-e2e pytest -p no:cacheprovider -m e2e
+# Each e2e test's time in its output (--durations): where the lab's minutes go.
+beside pytest-e2e pytest -p no:cacheprovider -m e2e --durations=0 --durations-min=1
 beside ansible-lint ansible-lint --profile production
 beside sanity bash scripts/sanity.sh
 step molecule env GPUBRING_MOLECULE_BESIDE_PID="${beside_pid[pytest-e2e]}" \
