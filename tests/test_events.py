@@ -146,6 +146,49 @@ def test_failure_messages() -> None:
     assert len(events.failure_message({"msg": "x" * 10000})) == events.MAX_MESSAGE
 
 
+# The failed result of a lab GPU node killed while Mitogen pushed it preflight's lock task (the e2e
+# node-dies test under load, 2026-11-28 00:54, its summary in the run's output): mitogen-hq/mitogen#1314.
+MITOGEN_LOST = {
+    "msg": "Task failed: builtins.AttributeError: 'NoneType' object has no attribute 'protocol'",
+    "exception": (
+        "Traceback (most recent call last):\n"
+        '  File "/work/main/.venv/lib/python3.11/site-packages/mitogen/service.py", line 619, in '
+        "_on_service_call\n"
+        "    return invoker.invoke(method_name, kwargs, msg)\n"
+        '  File "/work/main/.venv/lib/python3.11/site-packages/mitogen/service.py", line 712, in _forward\n'
+        "    child = self.router.context_by_id(stream.protocol.remote_id)\n"
+        "AttributeError: 'NoneType' object has no attribute 'protocol'\n"
+    ),
+}
+
+
+def test_a_host_lost_under_mitogen_is_unreachable_not_failed() -> None:
+    """Mitogen's lost connection (a failed result, ansible's recap counting it failed) is the host
+    unreachable: exit 4, as when the connection plugin itself says so; the message says what happened."""
+    task = "preflight : Find who holds the package manager's locks"
+    lost = events.parse(_raw("runner_on_failed", host="gpu1", task=task, res=MITOGEN_LOST))
+    assert isinstance(lost, HostResult) and (lost.status, lost.lost) == ("unreachable", True)
+    assert lost.message.startswith(events.MITOGEN_LOST_NOTE + ": Task failed: builtins.AttributeError")
+    state = RunState()
+    state.apply(HostResult(host="cp1", task=task, status="ok"))
+    state.apply(lost)
+    state.apply(PlaybookStats(hosts={"cp1": HostCounts(ok=3), "gpu1": HostCounts(ok=2, failed=1)}))
+    assert state.host_counts() == {"cp1": HostCounts(ok=3), "gpu1": HostCounts(ok=2, unreachable=1)}
+    assert [(f.host, f.status) for f in state.final_failures()] == [("gpu1", "unreachable")]
+    assert report.outcome(state, 2) == ("unreachable", ExitCode.UNREACHABLE)
+    # The same words without Mitogen's frame, or Mitogen's frame with another error, are a failure.
+    for res in (
+        {"msg": MITOGEN_LOST["msg"]},
+        {
+            **MITOGEN_LOST,
+            "msg": "Task failed: KeyError: 'x'",
+            "exception": MITOGEN_LOST["exception"].replace("'protocol'", "'router'"),
+        },
+    ):
+        plain = events.parse(_raw("runner_on_failed", host="gpu1", task=task, res=res))
+        assert isinstance(plain, HostResult) and (plain.status, plain.lost) == ("failed", False)
+
+
 def test_changed_ok_skipped_and_ignored_results() -> None:
     changed = events.parse(_raw("runner_on_ok", host="h", task="t", res={"changed": True}))
     assert isinstance(changed, HostResult) and changed.status == "changed"

@@ -50,6 +50,8 @@ class HostResult:
     role: str = ""
     message: str = ""
     ignored: bool = False
+    # A failed result that was the connection lost under Mitogen (MITOGEN_LOST_HOST), counted unreachable.
+    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,23 @@ def failure_message(res: Any) -> str:
     return msg
 
 
+# Mitogen's open bug mitogen-hq/mitogen#1314: a host that dies while the controller pushes it a module
+# fails that task with this AttributeError, raised in mitogen/service.py, instead of being unreachable
+# (docs/operations.md). gpubring counts such a failure as the host unreachable, which it is.
+MITOGEN_LOST_HOST = ("'NoneType' object has no attribute 'protocol'", "mitogen/service.py")
+MITOGEN_LOST_NOTE = (
+    "the connection to the host was lost while Mitogen sent it the task (mitogen-hq/mitogen#1314)"
+)
+
+
+def mitogen_lost_host(res: Any) -> bool:
+    """Whether a failed result is Mitogen's lost connection (MITOGEN_LOST_HOST), not the task's failure."""
+    if not isinstance(res, Mapping):
+        return False
+    text = "\n".join(_text(res.get(key)) for key in ("msg", "exception", "module_stderr", "stderr"))
+    return all(part in text for part in MITOGEN_LOST_HOST)
+
+
 def _stats(data: Mapping[str, Any]) -> PlaybookStats:
     keys = {
         "ok": "ok",
@@ -343,6 +362,9 @@ def parse(event: Mapping[str, Any]) -> Event | None:
         if status == "ok" and isinstance(res, Mapping) and res.get("changed"):
             status = "changed"
         message = failure_message(res) if status in ("failed", "unreachable") else ""
+        lost = status == "failed" and mitogen_lost_host(res)
+        if lost:
+            status, message = "unreachable", f"{MITOGEN_LOST_NOTE}: {message}"
         return HostResult(
             host=_text(data.get("host")),
             task=_text(data.get("task")),
@@ -350,6 +372,7 @@ def parse(event: Mapping[str, Any]) -> Event | None:
             status=status,
             message=message,
             ignored=bool(data.get("ignore_errors")) and status == "failed",
+            lost=lost,
         )
     if kind == "playbook_on_stats":
         return _stats(data)
@@ -719,6 +742,8 @@ class RunState:
     # Failures a task let pass (ignore_errors): what check mode could not check, for example.
     ignored: list[Failure] = field(default_factory=list)
     stats: PlaybookStats | None = None
+    # host -> its failed results that were Mitogen's lost connection: ansible's recap counts them failed.
+    lost: dict[str, int] = field(default_factory=dict)
     cancelled: bool = False
     errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
@@ -820,6 +845,8 @@ class RunState:
             state.skipped += 1
         elif event.status == "unreachable":
             state.unreachable += 1
+            if event.lost:
+                self.lost[event.host] = self.lost.get(event.host, 0) + 1
         elif not event.ignored:
             state.failed += 1
         if event.status in ("failed", "unreachable"):
@@ -836,16 +863,23 @@ class RunState:
             )
 
     def host_counts(self) -> dict[str, HostCounts]:
-        """Per-host counts: ansible's recap when the run reached it, else what the events showed."""
+        """Per-host counts: ansible's recap when the run reached it, else what the events showed. A
+        failure that was Mitogen's lost connection counts as unreachable in both."""
         if self.stats is not None:
-            return dict(self.stats.hosts)
+            return {host: self._lost_as_unreachable(host, row) for host, row in self.stats.hosts.items()}
         return {name: state.counts() for name, state in sorted(self.hosts.items())}
+
+    def _lost_as_unreachable(self, host: str, row: HostCounts) -> HostCounts:
+        moved = min(self.lost.get(host, 0), row.failed)
+        if not moved:
+            return row
+        return replace(row, failed=row.failed - moved, unreachable=row.unreachable + moved)
 
     def final_failures(self) -> list[Failure]:
         """The failures, without those of hosts the recap shows as recovered (a block's rescue)."""
         if self.stats is None:
             return list(self.failures)
-        recap = self.stats.hosts
+        recap = self.host_counts()
         return [
             failure
             for failure in self.failures
