@@ -90,6 +90,21 @@ def ansible_playbook(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def ansible_playbook_json(inventory: str | Path, playbook: Path) -> subprocess.CompletedProcess[str]:
+    """The venv's ansible-playbook with the repository's ansible.cfg, the collection and an in-memory
+    fact cache, ansible.posix.json's document of the run on stdout."""
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOCALHOST_WARNING="false",
+    )
+    return subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+
+
 def folded(raw_events: Sequence[Mapping[str, Any]]) -> Any:
     """A run's state (gpubring.events.RunState) after every event of a recorded stream, as the runner
     folds them."""

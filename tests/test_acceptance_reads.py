@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import BIN, HW, REPO, collection_env, module_utils
+from helpers import HW, ansible_playbook_json, module_utils
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 from record_acceptance import fake_tree  # tests/data is no package: on sys.path above
@@ -111,16 +110,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     }
     playbook = tmp / "play.yml"
     playbook.write_text(yaml.safe_dump([play]))
-    env = collection_env(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    done = ansible_playbook_json(inventory, playbook)
     # Both hosts fail their acceptance (the H100 capture's slowdowns), at the role's last task.
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import REPO, collection_env
+from helpers import REPO, ansible_playbook_json, collection_env
 
 PLAYBOOKS = REPO / "playbooks"
 FACTS_ONCE = PLAYBOOKS / "tasks" / "facts_once.yml"
@@ -418,16 +418,7 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     ]
     playbook = tmp_path / "roles.yml"
     playbook.write_text(yaml.safe_dump(plays))
-    env = collection_env(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(inventory), str(playbook)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+    done = ansible_playbook_json(inventory, playbook)
     result = json.loads(done.stdout)
     counts = {}
     for play in result["plays"]:
