@@ -433,6 +433,10 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     # gpu_acceptance scenario (no verify before it) gathers them.
     acceptance = {r["name"]: r for r in _host_results(result, "acceptance")}
     assert acceptance["Gather the GPU, NVSwitch, RDMA NIC and NUMA facts"].get("skipped"), acceptance
+    # Nothing measured here, and gpu_acceptance_fail_on_skipped_only is off: the one refusal passes (the
+    # play ignores errors, so a failure would not stop it).
+    refusal = acceptance["Fail the host when a check failed, or when nothing could be measured"]
+    assert not refusal.get("failed") and not refusal.get("skipped"), refusal
     assert "Check containerd" in seen["verify"] and "Publish gpu_acceptance_result" in seen["acceptance"]
     # The acceptance records are still every check, each skipped here with its reason.
     published = next(
