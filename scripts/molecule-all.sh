@@ -40,14 +40,18 @@ fi
 export MOLECULE_GLOB=${MOLECULE_GLOB:-molecule/*/molecule.yml}
 command -v molecule >/dev/null || { echo "molecule-all: error: molecule is not installed (pip install -e '.[test]')" >&2; exit 2; }
 
-# The roles run under Mitogen's strategy, as `gpubring up` runs them (--accelerate, the default), when
-# gpubring's accelerator finds it installed and made for this ansible-core (gpubring.run.accelerate):
-# one Python interpreter per test host for a whole playbook instead of one per task (the shared base
-# names the docker connection so that Mitogen can take it over; kernel-vm's guest is reached over SSH).
-# GPUBRING_MOLECULE_ACCELERATE=0 runs them under the linear strategy. Alone on 2 cores (2026-11-28):
-# kernel-vm 384 s linear, 289 s under Mitogen; verify 127 s and 95 s.
+# Scenarios with many tasks run their roles under Mitogen's strategy, as `gpubring up` runs them
+# (--accelerate, the default): one Python interpreter per test host for a whole playbook instead of one
+# per task. Such a scenario's molecule.yml sets ANSIBLE_STRATEGY and ANSIBLE_STRATEGY_PLUGINS from
+# GPUBRING_MOLECULE_STRATEGY and GPUBRING_MOLECULE_STRATEGY_PLUGINS, which this script exports when
+# gpubring's accelerator finds Mitogen installed and made for this ansible-core (gpubring.run.accelerate);
+# without them (GPUBRING_MOLECULE_ACCELERATE=0, Mitogen missing, or `molecule test` run by hand) every
+# scenario runs linear. Measured (2026-11-28, the test command on 2 cores): kernel-vm 680 -> 562 s,
+# rdma 165 -> 120, the toolkit 112 -> 76, kernel 106 -> 87, verify 133 -> 113; a scenario of a few tasks
+# took 10-30 s longer instead (Mitogen's start in each of its playbooks), so those stay linear.
 ACCELERATE=${GPUBRING_MOLECULE_ACCELERATE:-1}
 [[ $ACCELERATE == [01] ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_ACCELERATE=$ACCELERATE (expected 0 or 1)" >&2; exit 2; }
+unset GPUBRING_MOLECULE_STRATEGY GPUBRING_MOLECULE_STRATEGY_PLUGINS
 if ((ACCELERATE)); then
   accel=$("$PYTHON" -c 'from gpubring.run.accelerate import accelerator
 a = accelerator(True)
@@ -56,10 +60,10 @@ print(a.env.get("ANSIBLE_STRATEGY", ""))
 print(a.notice)' 2>/dev/null) || accel=$'\n\ngpubring is not importable by '"$PYTHON"
   mapfile -t accel_lines <<<"$accel"
   if [[ -n ${accel_lines[0]:-} && -n ${accel_lines[1]:-} ]]; then
-    export ANSIBLE_STRATEGY_PLUGINS=${accel_lines[0]} ANSIBLE_STRATEGY=${accel_lines[1]}
-    echo "molecule-all: the roles run under ${accel_lines[1]} (GPUBRING_MOLECULE_ACCELERATE=0: linear)"
+    export GPUBRING_MOLECULE_STRATEGY_PLUGINS=${accel_lines[0]} GPUBRING_MOLECULE_STRATEGY=${accel_lines[1]}
+    echo "molecule-all: scenarios that ask for it run under ${accel_lines[1]} (GPUBRING_MOLECULE_ACCELERATE=0: linear)"
   else
-    echo "molecule-all: the linear strategy: ${accel_lines[2]:-Mitogen is not available}"
+    echo "molecule-all: every scenario runs linear: ${accel_lines[2]:-Mitogen is not available}"
   fi
 fi
 
