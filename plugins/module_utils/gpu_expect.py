@@ -992,7 +992,7 @@ def parse_reads(lines: list[str], names: list[str] | tuple[str, ...]) -> dict[st
     Lines of a name not in ``names``, or before that read's ``_rc`` line, are left out."""
     found: dict[str, dict[str, Any]] = {}
     for line in lines:
-        head, rest = (line.split(" ", 1) + [""])[:2]
+        head, rest = [*line.split(" ", 1), ""][:2]
         if head.endswith("_rc") and head[:-3] in names and rest.strip().lstrip("-").isdigit():
             found[head[:-3]] = {"rc": int(rest), "stdout_lines": []}
         elif head in found:
