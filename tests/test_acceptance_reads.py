@@ -29,6 +29,7 @@ NAMES = ["health", "journal", "dmesg", "nvlink", "pcie"]
 SMI_Q = HW / "misc" / "nvidia-smi-q-text-8x-h100-80gb-hbm3-535.161.08.txt"
 NVLINK = HW / "misc" / "nvidia-smi-nvlink-s-1x-h100-sxm-590.48.01.txt"
 XID_79 = "[ 5.1] NVRM: Xid (PCI:0000:9b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+NOISE = "[ 1.0] Linux version 6.1.0 (a line of the kernel log that is no Xid)"
 XID_13 = "Nov 28 09:00:00 node kernel: NVRM: Xid (PCI:0000:9b:00): 13, pid=99, Graphics Exception"
 
 
@@ -67,8 +68,8 @@ def _tools(folder: Path, journal: str | None, called: Path) -> Path:
     nvlink = f"cat {NVLINK}" if journal is None else "exit 3"
     scripts = {
         "nvidia-smi": f'case "$1" in -q) cat {SMI_Q};; nvlink) {nvlink};; *) exit 9;; esac\n',
-        "journalctl": "exit 1\n" if journal is None else f"printf '%s\\n' '{journal}'\n",
-        "dmesg": f"echo called >> {called}\nprintf '%s\\n' '{XID_79}'\n",
+        "journalctl": "exit 1\n" if journal is None else f"printf '%s\\n' '{NOISE}' '{journal}'\n",
+        "dmesg": f"echo called >> {called}\nprintf '%s\\n' '{NOISE}' '{XID_79}'\n",
     }
     for name, body in scripts.items():
         path = folder / name
@@ -128,6 +129,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "checks": {c["name"]: c for c in published["ansible_facts"]["gpu_acceptance_result"]["checks"]},
             "dmesg_called": Path(attrs["dmesg_called"]).exists(),
             "last": ran[-1],
+            "read": next(r for name, r in ran if name.startswith("Read the GPUs' health")),
         }
     return per_host
 
@@ -167,6 +169,13 @@ def test_the_nvlink_check_reads_its_commands_answer(run: dict[str, Any]) -> None
     # It failed (exit 3): the check fails with its exit code.
     failed = run["journal"]["checks"]["nvlink"]
     assert (failed["status"], failed["measured"]) == ("failed", "rc 3"), failed
+
+
+def test_only_the_xid_lines_of_the_kernel_log_come_back(run: dict[str, Any]) -> None:
+    for host in run.values():
+        lines = host["read"]["stdout_lines"]
+        assert any("NVRM: Xid" in line for line in lines), lines
+        assert not [line for line in lines if "no Xid" in line], lines
 
 
 def test_dmesg_is_read_only_when_the_journal_cannot_be(run: dict[str, Any]) -> None:
