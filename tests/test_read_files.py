@@ -62,3 +62,37 @@ def test_each_file_read_missing_or_unreadable(tmp_path: Path) -> None:
         "error": "",
         "truncated": False,
     }
+
+
+def test_a_sysctl_file_is_read_with_the_live_value_of_each_name(tmp_path: Path) -> None:
+    """sysctl_files: the entries of a sysctl.d file (sysctl.d(5): comments, a leading "-", the last line
+    for a name winning, slashed and dotted names) and each one's live value, in the same call."""
+    read_files = _module()
+    assert read_files.sysctl_path("net.ipv4.ip_forward") == "/proc/sys/net/ipv4/ip_forward"
+    # Dotted: a slash stands for a dot (a VLAN interface); slashed: the dots are literal.
+    vlan = "/proc/sys/net/ipv4/conf/eth0.100/rp_filter"
+    assert read_files.sysctl_path("net.ipv4.conf.eth0/100.rp_filter") == vlan
+    assert read_files.sysctl_path("net/ipv4/conf/eth0.100/rp_filter") == vlan
+    assert read_files.sysctl_path("vm") == "/proc/sys/vm"
+    assert read_files.sysctl_entries(
+        "# comment\n; also a comment\n\n  -kernel.pid_max =  4194304 \nno equals sign\n"
+        "net.ipv4.tcp_rmem = 4096\t87380   6291456\nkernel.pid_max = 1\nkernel.x =\n = 3\n"
+    ) == {"kernel.pid_max": "1", "net.ipv4.tcp_rmem": "4096 87380 6291456", "kernel.x": ""}
+
+    ostype = Path("/proc/sys/kernel/ostype").read_text().strip()
+    dropin = tmp_path / "90-gpubring.conf"
+    dropin.write_text(f"kernel.ostype = {ostype}\nkernel.osrelease = not-this\n-kernel.gpubring_none = 1\n")
+    read = read_files.read_sysctls(str(dropin), 1 << 20)
+    assert (read["exists"], read["error"], read["truncated"]) == (True, "", False)
+    entries = read["entries"]
+    assert entries["kernel.ostype"] == {
+        "value": ostype, "path": "/proc/sys/kernel/ostype", "live": ostype, "error": "", "matches": True,
+    }  # fmt: skip
+    assert entries["kernel.osrelease"]["live"] == Path("/proc/sys/kernel/osrelease").read_text().strip()
+    assert entries["kernel.osrelease"]["matches"] is False
+    assert entries["kernel.gpubring_none"] == {
+        "value": "1", "path": "/proc/sys/kernel/gpubring_none", "live": None, "error": "", "matches": False,
+    }  # fmt: skip
+    # A drop-in that is not there: no entries, and said.
+    gone = read_files.read_sysctls(str(tmp_path / "none.conf"), 1 << 20)
+    assert gone == {"exists": False, "error": "", "truncated": False, "entries": {}}

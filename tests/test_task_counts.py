@@ -17,8 +17,9 @@ node whose toolkit the GPU Operator owns (its host-side steps one skipped includ
 
 preflight, the per-host verify and gpu_acceptance on a GPU node (run on localhost): 25, 19 and 40
 results (one a loop of 6) before the steps every host runs were imported and their reads and verdicts
-folded; 9, 12 and 14 now (verify imports its kernel checks; gpu_acceptance's health, kernel log,
-NVLink and PCIe reads are one shell call, its gate's outcomes one set_fact, its two refusals one assert).
+folded; 9, 10 and 14 now (verify imports its kernel checks, read in one call and judged in one assert;
+gpu_acceptance's health, kernel log, NVLink and PCIe reads are one shell call, its gate's outcomes one
+set_fact, its two refusals one assert).
 """
 
 from __future__ import annotations
@@ -264,9 +265,11 @@ def _host_results(result: dict[str, Any], play: str) -> list[dict[str, Any]]:
 
 def test_the_sysctl_check_reads_every_value_in_one_call(tmp_path: Path) -> None:
     """verify's kernel checks (run on every host by the verify play, and after a reboot): the drop-in, the
-    swap areas and every live value the drop-in names in two module calls (gpubring.core.read_files), not
-    a slurp per sysctl (a loop of N executions: 9 on a lab node, 19 s in the TCG guest of kernel-vm). A
-    value changed by hand is still named, and so is a name the running kernel does not have."""
+    swap areas and every live value the drop-in names in one module call (gpubring.core.read_files and
+    its sysctl_files), judged by one assert; not a slurp per sysctl (a loop of N executions: 9 on a lab
+    node, 19 s in the TCG guest of kernel-vm), nor a call for the file and one for its values with an
+    assert each. A value changed by hand is still named, and so is a name the running kernel does not
+    have."""
     live = {
         key: Path("/proc/sys", key.replace(".", "/")).read_text().strip()
         for key in ("kernel.ostype", "kernel.osrelease", "kernel.pid_max")
@@ -279,7 +282,7 @@ def test_the_sysctl_check_reads_every_value_in_one_call(tmp_path: Path) -> None:
         "-kernel.gpubring_no_such_sysctl = 1\n"
     )
 
-    def play(name: str, dropin: Path) -> dict[str, Any]:
+    def play(name: str, dropin: Path, swap_off: bool = False) -> dict[str, Any]:
         return {
             "hosts": "localhost",
             "connection": "local",
@@ -291,35 +294,57 @@ def test_the_sysctl_check_reads_every_value_in_one_call(tmp_path: Path) -> None:
                     "name": "The kernel checks",
                     "ansible.builtin.include_role": {"name": "gpubring.core.verify", "tasks_from": "kernel"},
                     "vars": {"verify_sysctl_file": str(dropin), "verify_sysctls_live": True,
-                             "verify_swap_off": False},
+                             "verify_swap_off": swap_off},
                 }
             ],
         }  # fmt: skip
 
     playbook = tmp_path / "kernel.yml"
+    missing = tmp_path / "no-such.conf"
     playbook.write_text(
-        yaml.safe_dump([play("good", good), {**play("drifted", drifted), "ignore_errors": True}])
+        yaml.safe_dump(
+            [
+                play("good", good),
+                {**play("drifted", drifted), "ignore_errors": True},
+                {**play("missing", missing), "ignore_errors": True},
+                # The swap check reads this machine's /proc/swaps: it fails where swap is on, naming it.
+                {**play("swap", good, swap_off=True), "ignore_errors": True},
+            ]
+        )
     )
     result = _run_json(playbook, tmp_path / "facts")
 
     passed = {r["name"]: r for r in _host_results(result, "good")}
     reads = [r for r in passed.values() if r.get("action") == "gpubring.core.read_files"]
     assert [r["name"] for r in reads] == [
-        "Read the sysctl drop-in of the kernel role and the active swap areas",
-        "Read the live values under /proc/sys",
+        "Read the sysctl drop-in, the live value of each sysctl it sets, and the swap areas",
     ], passed
     assert all("results" not in r for r in reads), "a read runs as a loop (one execution per file)"
-    assert set(reads[1]["files"]) == {f"/proc/sys/{k.replace('.', '/')}" for k in live}
-    assert not passed["Check that every sysctl has its configured value"].get("failed"), passed
-    assert len(passed) <= 5, list(passed)  # with the include_role; 7 before, one a loop of a slurp per sysctl
+    entries = reads[0]["sysctls"][str(good)]["entries"]
+    assert {e["path"] for e in entries.values()} == {f"/proc/sys/{k.replace('.', '/')}" for k in live}
+    check_name = "Check that every sysctl has its configured value and that no swap area is active"
+    assert not passed[check_name].get("failed"), passed
+    # With the include_role; 7 before (one a loop of a slurp per sysctl), then 5 (two reads, two asserts).
+    assert len(passed) <= 3, list(passed)
 
     drift = {r["name"]: r for r in _host_results(result, "drifted")}
-    check = drift["Check that every sysctl has its configured value"]
+    check = drift[check_name]
     assert check.get("failed"), check
     pid_max = live["kernel.pid_max"]
     assert f"kernel.pid_max is {pid_max}, expected {int(pid_max) + 1}" in check["msg"]
     assert "kernel.gpubring_no_such_sysctl is unknown to the running kernel" in check["msg"]
     assert "kernel.ostype" not in check["msg"]
+
+    gone = {r["name"]: r for r in _host_results(result, "missing")}[check_name]
+    assert gone.get("failed"), gone
+    assert f"verify: {missing} cannot be read on localhost (no such file)" in gone["msg"], gone
+
+    areas = [ln.split()[0] for ln in Path("/proc/swaps").read_text().splitlines()[1:] if ln.strip()]
+    swap = {r["name"]: r for r in _host_results(result, "swap")}[check_name]
+    assert bool(swap.get("failed")) == bool(areas), swap
+    if areas:
+        assert f"verify: swap is on on localhost ({', '.join(areas)})" in swap["msg"], swap
+        assert "sysctls of" not in swap["msg"], swap
 
 
 def test_a_node_whose_toolkit_the_operator_owns_schedules_no_host_toolkit_work(tmp_path: Path) -> None:
@@ -386,7 +411,8 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     services read in its one shell call (a service_facts call before), its OS variables a dictionary
     (an include_vars), its checks, downloads and collision lines published in the task that checks (a
     set_fact each before), the warnings printed with the summary: 9. verify imports its kernel checks:
-    12. gpu_acceptance: its health, kernel log, NVLink and PCIe reads one shell call (five tasks
+    12; its drop-in, live sysctls and swap areas one read and one assert (two of each before): 10.
+    gpu_acceptance: its health, kernel log, NVLink and PCIe reads one shell call (five tasks
     before), the NICs to measure a variable, the gate's outcomes one set_fact (one per outcome before),
     one assert for a failed check and for nothing measured (two before): 14."""
     inventory = tmp_path / "hosts.yml"
@@ -427,7 +453,7 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
         counts[play["play"]["name"]] = len(ran)
     seen = {name: [r["name"] for r in _host_results(result, name)] for name in counts}
     assert counts["preflight"] <= 9, seen["preflight"]  # with the facts and the argument check; 25, then 16
-    assert counts["verify"] <= 12, seen["verify"]  # 19 before (with the kernel checks localhost runs); 13
+    assert counts["verify"] <= 10, seen["verify"]  # 19 before (with the kernel checks localhost runs); 13, 12
     assert counts["acceptance"] <= 14, seen["acceptance"]  # 40 before, one of them a loop of 6; then 23
     # The GPU facts verify gathered (the play before, same host) are read, not gathered again; the
     # gpu_acceptance scenario (no verify before it) gathers them.

@@ -13,6 +13,8 @@ description:
   - Reads each file of C(paths) and tells for each of C(exist) whether it exists, in one module call,
     what a run of C(ansible.builtin.slurp) and C(ansible.builtin.stat) tasks (or a loop of them) reads
     at the cost of one task each (issue 26, less work per host).
+  - For each file of C(sysctl_files) (C(sysctl.d) syntax), also the live value of every sysctl it sets,
+    from C(/proc/sys), in the same call (not a call for the file, then one for the values it names).
   - A missing file is no failure (C(exists) false), and neither is one that cannot be read, such as a
     write-only file under C(/proc/sys) (C(content) null, C(error) says why).
   - Content is text (UTF-8, bytes that are not are replaced). Made for small files (C(/proc), C(/sys),
@@ -28,6 +30,18 @@ options:
     default: []
   exist:
     description: Files only looked for (not read), such as a binary or a flag file.
+    type: list
+    elements: str
+    default: []
+  sysctl_files:
+    description:
+      - C(sysctl.d) files whose entries are read with the live value of each under C(/proc/sys).
+      - "A line is C(name = value): blank lines and those starting with C(#) or C(;) are left out, and so
+        are lines without C(=); a leading C(-) (ignore errors) is dropped. A later line for the same name
+        wins, as C(sysctl --system) applies them. Runs of whitespace in a value are one space, as in the
+        live value (the kernel separates fields with tabs)."
+      - A name whose first separator is C(/) is a path under C(/proc/sys) whose dots are literal (as in
+        C(net/ipv4/conf/eth0.100/rp_filter)); otherwise dots separate the levels and slashes stand for dots.
     type: list
     elements: str
     default: []
@@ -52,6 +66,11 @@ EXAMPLES = r"""
 - name: Use them
   ansible.builtin.debug:
     msg: "{{ __state.files['/proc/swaps'].content }} {{ __state.files['/run/reboot-required'].exists }}"
+
+- name: Read a sysctl drop-in and the live value of each sysctl it sets
+  gpubring.core.read_files:
+    sysctl_files: [/etc/sysctl.d/90-gpubring.conf]
+  register: __sysctls
 """
 
 RETURN = r"""
@@ -65,6 +84,22 @@ files:
   sample:
     /proc/swaps: {exists: true, content: "Filename Type Size Used Priority\n", error: "", truncated: false}
     /run/reboot-required: {exists: false, content: null, error: "", truncated: false}
+sysctls:
+  description:
+    - Each path of C(sysctl_files), as given, with C(exists), C(error) and C(truncated) as in C(files), and
+      C(entries), each name the file sets with its C(value) (as the file says it), C(path) (its file under
+      C(/proc/sys)), C(live) (the value read there, null where the running kernel has no such file or it
+      cannot be read), C(error) (why it could not be read, else an empty string) and C(matches) (the live
+      value is the one configured).
+  returned: always
+  type: dict
+  sample:
+    /etc/sysctl.d/90-gpubring.conf:
+      exists: true
+      error: ""
+      truncated: false
+      entries:
+        vm.swappiness: {value: "0", path: /proc/sys/vm/swappiness, live: "60", error: "", matches: false}
 """
 
 import errno  # noqa: E402
@@ -91,6 +126,43 @@ def look(path):
     return dict(exists=os.path.lexists(path), content=None, error="", truncated=False)
 
 
+def sysctl_path(name):
+    """The file under /proc/sys of a sysctl.d name (sysctl.d(5)): slashes separate the levels of a name
+    whose first separator is a slash, its dots literal; otherwise dots do, and slashes stand for dots."""
+    first = min((i for i in (name.find("."), name.find("/")) if i >= 0), default=-1)
+    if first >= 0 and name[first] == "/":
+        return "/proc/sys/" + name
+    return "/proc/sys/" + "/".join(part.replace("/", ".") for part in name.split("."))
+
+
+def sysctl_entries(text):
+    """name -> value of a sysctl.d file's text, the last line for a name winning."""
+    entries = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        name, value = line.split("=", 1)
+        name = name.strip().lstrip("-").strip()
+        if name:
+            entries[name] = " ".join(value.split())
+    return entries
+
+
+def read_sysctls(path, max_bytes):
+    """{exists, error, truncated, entries} of one sysctl.d file, each entry with its live value."""
+    found = read(path, max_bytes)
+    entries = {}
+    for name, value in sysctl_entries(found["content"] or "").items():
+        proc = sysctl_path(name)
+        live = read(proc, max_bytes)
+        live_value = None if live["content"] is None else " ".join(live["content"].split())
+        entries[name] = dict(
+            value=value, path=proc, live=live_value, error=live["error"], matches=live_value == value
+        )
+    return dict(exists=found["exists"], error=found["error"], truncated=found["truncated"], entries=entries)
+
+
 def read_all(paths, exist, max_bytes):
     files = {}
     for path in exist:
@@ -105,6 +177,7 @@ def main():
         argument_spec=dict(
             paths=dict(type="list", elements="str", default=[]),
             exist=dict(type="list", elements="str", default=[]),
+            sysctl_files=dict(type="list", elements="str", default=[]),
             max_bytes=dict(type="int", default=1048576),
         ),
         supports_check_mode=True,
@@ -112,7 +185,8 @@ def main():
     if module.params["max_bytes"] < 1:
         module.fail_json(msg=f"max_bytes must be at least 1, got {module.params['max_bytes']}")
     files = read_all(module.params["paths"], module.params["exist"], module.params["max_bytes"])
-    module.exit_json(changed=False, files=files)
+    sysctls = {path: read_sysctls(path, module.params["max_bytes"]) for path in module.params["sysctl_files"]}
+    module.exit_json(changed=False, files=files, sysctls=sysctls)
 
 
 if __name__ == "__main__":
