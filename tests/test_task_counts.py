@@ -17,9 +17,9 @@ node whose toolkit the GPU Operator owns (its host-side steps one skipped includ
 
 preflight, the per-host verify and gpu_acceptance on a GPU node (run on localhost): 25, 19 and 40
 results (one a loop of 6) before the steps every host runs were imported and their reads and verdicts
-folded; 8, 10 and 14 now (verify imports its kernel checks, read in one call and judged in one assert;
+folded; 8, 10 and 13 now (verify imports its kernel checks, read in one call and judged in one assert;
 gpu_acceptance's health, kernel log, NVLink and PCIe reads are one shell call, its gate's outcomes one
-set_fact, its two refusals one assert).
+set_fact, its two refusals and the display of its checks one assert).
 """
 
 from __future__ import annotations
@@ -415,7 +415,8 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     12; its drop-in, live sysctls and swap areas one read and one assert (two of each before): 10.
     gpu_acceptance: its health, kernel log, NVLink and PCIe reads one shell call (five tasks
     before), the NICs to measure a variable, the gate's outcomes one set_fact (one per outcome before),
-    one assert for a failed check and for nothing measured (two before): 14."""
+    one assert for a failed check and for nothing measured (two before): 14; that assert shows the
+    checks when it passes (a debug task before): 13."""
     inventory = tmp_path / "hosts.yml"
     local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     inventory.write_text(
@@ -455,7 +456,7 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     seen = {name: [r["name"] for r in _host_results(result, name)] for name in counts}
     assert counts["preflight"] <= 8, seen["preflight"]  # with the facts and the argument check; 25, 16, 9
     assert counts["verify"] <= 10, seen["verify"]  # 19 before (with the kernel checks localhost runs); 13, 12
-    assert counts["acceptance"] <= 14, seen["acceptance"]  # 40 before, one of them a loop of 6; then 23
+    assert counts["acceptance"] <= 13, seen["acceptance"]  # 40 before, one of them a loop of 6; 23, 14
     # The GPU facts verify gathered (the play before, same host) are read, not gathered again; the
     # gpu_acceptance scenario (no verify before it) gathers them.
     acceptance = {r["name"]: r for r in _host_results(result, "acceptance")}
