@@ -4,21 +4,14 @@ files; tests/test_task_counts.py runs it through ansible-playbook (verify's sysc
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from helpers import REPO
+from helpers import collection_module
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "read_files", REPO / "plugins" / "modules" / "read_files.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return collection_module("modules.read_files")
 
 
 def test_each_file_read_missing_or_unreadable(tmp_path: Path) -> None:
@@ -96,3 +89,21 @@ def test_a_sysctl_file_is_read_with_the_live_value_of_each_name(tmp_path: Path) 
     # A drop-in that is not there: no entries, and said.
     gone = read_files.read_sysctls(str(tmp_path / "none.conf"), 1 << 20)
     assert gone == {"exists": False, "error": "", "truncated": False, "entries": {}}
+
+
+def test_host_state_reads_sysctl_files_as_read_files_does(tmp_path: Path) -> None:
+    """host_state's sysctl part (the unchanged-host check) names and reads each sysctl as verify's
+    read_files does: one reading (module_utils/sysctl_conf), so a slashed name, or a dotted one with a
+    slash, is read at its own /proc/sys path, not at the dots made slashes."""
+    host_state = collection_module("modules.host_state")
+    sysctl_conf = collection_module("module_utils.sysctl_conf")
+    assert host_state.sysctl_path is sysctl_conf.sysctl_path is _module().sysctl_path
+    assert host_state.sysctl_entries is sysctl_conf.sysctl_entries
+    ostype = Path("/proc/sys/kernel/ostype").read_text().strip()
+    first, second = tmp_path / "10-a.conf", tmp_path / "20-b.conf"
+    first.write_text("kernel/ostype = x\nno equals sign\nnet.ipv4.conf.*.rp_filter = 1\n")
+    second.write_text("-kernel.gpubring_none = 1\n; kernel.osrelease = 2\n")
+    assert host_state.sysctl_part([str(first), str(second), str(tmp_path / "none.conf")]) == [
+        "kernel.gpubring_none = ?",
+        f"kernel/ostype = {ostype}",
+    ]

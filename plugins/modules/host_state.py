@@ -127,6 +127,7 @@ import stat  # noqa: E402
 import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpubring.core.plugins.module_utils.sysctl_conf import sysctl_entries, sysctl_path  # noqa: E402
 
 RECORD_VERSION = 1
 
@@ -201,7 +202,9 @@ def packages_part(module):
         rpm = module.get_bin_path("rpm")
         if not rpm:
             return ["no package manager"]
-        rc, out, err = module.run_command([rpm, "-qa", "--qf", "%{NAME}.%{ARCH}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n"])
+        rc, out, err = module.run_command(
+            [rpm, "-qa", "--qf", "%{NAME}.%{ARCH}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n"]
+        )
     if rc != 0:
         module.fail_json(msg=f"could not list the installed packages (exit {rc}): {err.strip()}")
     return sorted(out.splitlines())
@@ -223,16 +226,18 @@ def _conf_lines(pattern):
                 yield line
 
 
-def sysctl_part():
+def sysctl_part(paths=None):
+    """Each name the sysctl files (by default /etc/sysctl.conf and /etc/sysctl.d/*.conf) set, read as
+    verify reads its drop-in (module_utils/sysctl_conf), with its live value; a name with a glob
+    (applied to every match by systemd-sysctl) is left out."""
+    if paths is None:
+        paths = ["/etc/sysctl.conf", *sorted(glob.glob("/etc/sysctl.d/*.conf"))]
     keys = set()
-    for pattern in ("/etc/sysctl.conf", "/etc/sysctl.d/*.conf"):
-        for line in _conf_lines(pattern):
-            key = line.partition("=")[0].strip().lstrip("-").strip()
-            if key and "*" not in key:
-                keys.add(key)
+    for path in paths:
+        keys.update(name for name in sysctl_entries(_read(path) or "") if "*" not in name)
     lines = []
     for key in sorted(keys):
-        value = _read("/proc/sys/" + key.replace(".", "/"))
+        value = _read(sysctl_path(key))
         lines.append(f"{key} = {' '.join(value.split()) if value is not None else '?'}")
     return lines
 
@@ -345,7 +350,9 @@ def main():
     )
     params = module.params
     if not params["inputs"].strip():
-        module.fail_json(msg="inputs is empty: the controller's digest of what decides the host's setup is needed")
+        module.fail_json(
+            msg="inputs is empty: the controller's digest of what decides the host's setup is needed"
+        )
     relative = [p for p in params["paths"] if not os.path.isabs(p)]
     if relative:
         module.fail_json(msg=f"paths must be absolute, got {', '.join(relative)}")

@@ -106,6 +106,7 @@ import errno  # noqa: E402
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible_collections.gpubring.core.plugins.module_utils.sysctl_conf import sysctl_entries, sysctl_path  # noqa: E402
 
 
 def read(path, max_bytes):
@@ -124,29 +125,6 @@ def read(path, max_bytes):
 def look(path):
     """{exists, content, error} of a file only looked for."""
     return dict(exists=os.path.lexists(path), content=None, error="", truncated=False)
-
-
-def sysctl_path(name):
-    """The file under /proc/sys of a sysctl.d name (sysctl.d(5)): slashes separate the levels of a name
-    whose first separator is a slash, its dots literal; otherwise dots do, and slashes stand for dots."""
-    first = min((i for i in (name.find("."), name.find("/")) if i >= 0), default=-1)
-    if first >= 0 and name[first] == "/":
-        return "/proc/sys/" + name
-    return "/proc/sys/" + "/".join(part.replace("/", ".") for part in name.split("."))
-
-
-def sysctl_entries(text):
-    """name -> value of a sysctl.d file's text, the last line for a name winning."""
-    entries = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;" or "=" not in line:
-            continue
-        name, value = line.split("=", 1)
-        name = name.strip().lstrip("-").strip()
-        if name:
-            entries[name] = " ".join(value.split())
-    return entries
 
 
 def read_sysctls(path, max_bytes):
