@@ -11,10 +11,13 @@ from gpubring.commands._common import json_target
 from gpubring.options import InventoryArg
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
     from gpubring.inventory import Inventory
     from gpubring.manifests import ManifestsResult
+    from gpubring.releases import Release
 
 JsonOut = Annotated[
     str | None,
@@ -118,7 +121,7 @@ def command(
         if found is not None:
             planning.render_downloads(found, console)
     if manifests is not None:
-        result = _write_manifests(inv, manifests, charts)
+        result = _write_manifests(inv, plan.rendered, manifests, charts)
         _show(result, console if json_out != "-" else Console(stderr=True))
 
 
@@ -134,13 +137,15 @@ def _downloads(inv: Inventory) -> list[dict[str, object]]:
         exit_with([Problem(exc.where, "downloads", exc.message)])
 
 
-def _write_manifests(inv: Inventory, folder: Path, charts: Path | None) -> ManifestsResult:
+def _write_manifests(
+    inv: Inventory, releases: Sequence[Release], folder: Path, charts: Path | None
+) -> ManifestsResult:
+    """The releases build_plan rendered, written to folder (--manifests)."""
     from gpubring import manifests as rendering
-    from gpubring.releases import plan_releases
 
     try:
         return rendering.write_manifests(
-            plan_releases(inv),
+            releases,
             folder,
             kube_version=str(inv.versions["kubernetes"]["version"]),
             inventory_root=inv.root,
