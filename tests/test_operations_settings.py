@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import refused
+from helpers import inventory_problems, refused
 
 MakeInventory = Callable[..., Path]  # the make_inventory fixture of conftest.py
 SITE = "group_vars/all/zz-operations.yml"
@@ -31,6 +31,9 @@ SITE = "group_vars/all/zz-operations.yml"
             "gpubring_acceptance_taint: expected a Kubernetes label key",
         ),
         ("gpubring_acceptance_gate: maybe", "gpubring_acceptance_gate: expected a boolean (true or false)"),
+        # The unchanged-host check (issue 26): a typo must not silently run every role, or none.
+        ("gpubring_host_fast: fast", "gpubring_host_fast: expected a boolean (true or false)"),
+        ("gpubring_host_fast: [true]", "gpubring_host_fast: expected a boolean (true or false)"),
     ],
 )
 def test_a_bad_operations_setting_is_refused_before_any_host(
@@ -39,3 +42,8 @@ def test_a_bad_operations_setting_is_refused_before_any_host(
     root = make_inventory({SITE: f"---\n{line}\n"})
     stderr = refused("check", root)
     assert f"error: {SITE}: {expected}" in stderr, stderr
+
+
+@pytest.mark.parametrize("value", ["true", "false", "yes", "no"])
+def test_a_good_host_fast_setting_is_taken(make_inventory: MakeInventory, value: str) -> None:
+    assert inventory_problems(make_inventory({SITE: f"---\ngpubring_host_fast: {value}\n"})) == []
