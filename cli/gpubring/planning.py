@@ -29,15 +29,9 @@ RUN_TIME = "rendered at run time"
 SHOWN_HOSTS = 8
 
 
-def plan_releases(inv: Inventory) -> tuple[list[dict[str, Any]], str]:
-    """The Helm releases of gpubring.releases (when that module exists) as dicts, or ([], why there
-    are none). A release that does not render raises InventoryError naming where."""
-    rendered, note = _rendered_releases(inv)
-    return [_as_dict(r) for r in rendered], note
-
-
-def _rendered_releases(inv: Inventory) -> tuple[list[Any], str]:
-    """gpubring.releases.plan_releases(inv) as it returns them (plan_releases, for --manifests too)."""
+def plan_releases(inv: Inventory) -> tuple[list[Any], str]:
+    """The Helm releases of gpubring.releases (when that module exists) as it returns them, or ([], why
+    there are none). A release that does not render raises InventoryError naming where."""
     if importlib.util.find_spec("gpubring.releases") is None:
         return [], NO_RELEASES
     module = importlib.import_module("gpubring.releases")
@@ -200,18 +194,21 @@ class Plan:
     inv: Inventory
     phases: tuple[PhasePlan, ...]
     pinned: Mapping[str, Any]
-    releases: tuple[dict[str, Any], ...]
+    # The releases as gpubring.releases returns them: what `plan --manifests` writes, so that one `plan`
+    # renders the role templates of its releases once (about 3 s for all-on).
+    rendered: tuple[Any, ...]
     releases_note: str
-    # The same releases as gpubring.releases returns them: what `plan --manifests` writes, so that one
-    # `plan` renders the role templates of its releases once (about 3 s for all-on).
-    rendered: tuple[Any, ...] = ()
+
+    @property
+    def releases(self) -> tuple[dict[str, Any], ...]:
+        """The releases as dicts, as the plan shows them."""
+        return tuple(_as_dict(r) for r in self.rendered)
 
 
 def build_plan(inv: Inventory) -> Plan:
     """Everything `gpubring plan` shows; PlaybookError when a phase playbook cannot be read."""
-    rendered, note = _rendered_releases(inv)
-    releases = tuple(_as_dict(r) for r in rendered)
-    return Plan(inv, tuple(plan_phases(inv)), versions.load_pinned(), releases, note, tuple(rendered))
+    rendered, note = plan_releases(inv)
+    return Plan(inv, tuple(plan_phases(inv)), versions.load_pinned(), tuple(rendered), note)
 
 
 def plan_document(plan: Plan) -> dict[str, Any]:
