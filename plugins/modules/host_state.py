@@ -202,9 +202,7 @@ def packages_part(module):
         rpm = module.get_bin_path("rpm")
         if not rpm:
             return ["no package manager"]
-        rc, out, err = module.run_command(
-            [rpm, "-qa", "--qf", "%{NAME}.%{ARCH}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n"]
-        )
+        rc, out, err = module.run_command([rpm, "-qa", "--qf", "%{NAME}.%{ARCH}\t%{EPOCH}:%{VERSION}-%{RELEASE}\n"])
     if rc != 0:
         module.fail_json(msg=f"could not list the installed packages (exit {rc}): {err.strip()}")
     return sorted(out.splitlines())
@@ -350,9 +348,7 @@ def main():
     )
     params = module.params
     if not params["inputs"].strip():
-        module.fail_json(
-            msg="inputs is empty: the controller's digest of what decides the host's setup is needed"
-        )
+        module.fail_json(msg="inputs is empty: the controller's digest of what decides the host's setup is needed")
     relative = [p for p in params["paths"] if not os.path.isabs(p)]
     if relative:
         module.fail_json(msg=f"paths must be absolute, got {', '.join(relative)}")
