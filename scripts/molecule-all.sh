@@ -19,6 +19,16 @@
 # when any scenario failed. Each scenario's full output goes to $GPUBRING_MOLECULE_LOGS/<name>.log
 # (default .gpubring/molecule/); the tail of a failed one is printed. GPUBRING_MOLECULE_STREAM=1
 # prints the full output as it runs as well.
+#
+# The result cache: a scenario whose inputs have not changed since a run of it passed is not run again
+# within GPUBRING_MOLECULE_CACHE_DAYS (default 7) of that run; its line says `PASS  NAME (from the
+# cache: ...)` with the commit and date of the run that passed, and that run's log is copied to
+# $LOGS/<name>.log. Its inputs are scripts/molecule_inputs.py's key: the content of every file of the
+# repository the scenario can read (its folder, the shared base, the roles and plugins it names and
+# those they name, the image recipes, versions.yml, ...), the test-host image's ID, the kernel, the
+# Python packages and the strategy; the age limit stands for what the Debian archive serves. Passes are
+# kept under GPUBRING_MOLECULE_CACHE_DIR (default /var/cache/gpubring/molecule-passes);
+# GPUBRING_MOLECULE_CACHE=0 runs every scenario (and still records the passes).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -50,6 +60,11 @@ command -v molecule >/dev/null || { echo "molecule-all: error: molecule is not i
 # rdma 165 -> 120, the toolkit 112 -> 76, kernel 106 -> 87, verify 133 -> 113; a scenario of a few tasks
 # took 10-30 s longer instead (Mitogen's start in each of its playbooks), so those stay linear.
 ACCELERATE=${GPUBRING_MOLECULE_ACCELERATE:-1}
+CACHE=${GPUBRING_MOLECULE_CACHE:-1}
+CACHE_DIR=${GPUBRING_MOLECULE_CACHE_DIR:-/var/cache/gpubring/molecule-passes}
+CACHE_DAYS=${GPUBRING_MOLECULE_CACHE_DAYS:-7}
+[[ $CACHE == [01] ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_CACHE=$CACHE (expected 0 or 1)" >&2; exit 2; }
+[[ $CACHE_DAYS =~ ^[1-9][0-9]*$ ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_CACHE_DAYS=$CACHE_DAYS (expected a whole number >= 1)" >&2; exit 2; }
 [[ $ACCELERATE == [01] ]] || { echo "molecule-all: error: GPUBRING_MOLECULE_ACCELERATE=$ACCELERATE (expected 0 or 1)" >&2; exit 2; }
 unset GPUBRING_MOLECULE_STRATEGY GPUBRING_MOLECULE_STRATEGY_PLUGINS
 if ((ACCELERATE)); then
@@ -182,11 +197,62 @@ run_scenario() {
   echo "$took" >"$LOGS/$name.seconds"
   if ((rc == 0)); then
     echo "PASS  $name (${took}s)" >"$LOGS/$name.result"
+    record_pass "$name" "$took" "$log"
   else
     echo "FAIL  $name (${took}s, exit $rc, log: ${log#"$ROOT"/})" >"$LOGS/$name.result"
   fi
   cat "$LOGS/$name.result"
 }
+
+# The result cache (see the top): each scenario's key, then those that passed with it already.
+declare -A key_of=()
+if [[ ! -f $ROOT/scripts/molecule_inputs.py ]]; then
+  echo "molecule-all: no result cache (no scripts/molecule_inputs.py): every scenario runs"
+elif ! mkdir -p "$CACHE_DIR" 2>/dev/null || [[ ! -w $CACHE_DIR ]]; then
+  echo "molecule-all: no result cache ($CACHE_DIR cannot be written): every scenario runs"
+elif keys=$("$PYTHON" "$ROOT/scripts/molecule_inputs.py" key "${scenarios[@]}"); then
+  while read -r name key; do [[ -n $name && -n $key ]] && key_of[$name]=$key; done <<<"$keys"
+else
+  echo "molecule-all: no result cache (scripts/molecule_inputs.py failed): every scenario runs"
+fi
+# A passing run's record: CACHE_DIR/<name>/<key> ("SECONDS COMMIT DATE") and its log beside it; none
+# when its inputs changed while it ran (the run may have read either version).
+record_pass() {
+  local name=$1 took=$2 log=$3 key=${key_of[$1]:-} dir commit
+  [[ -n $key ]] || return 0
+  [[ $("$PYTHON" "$ROOT/scripts/molecule_inputs.py" key "$name" 2>/dev/null) == "$name $key" ]] || {
+    echo "molecule-all: $name: its inputs changed while it ran: its pass is not kept"
+    return 0
+  }
+  dir=$CACHE_DIR/$name
+  mkdir -p "$dir" || return 0
+  commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  [[ -n $(git -C "$ROOT" status --porcelain 2>/dev/null) ]] && commit="$commit+changes"
+  cp "$log" "$dir/.$key.log.$$" && mv "$dir/.$key.log.$$" "$dir/$key.log"
+  echo "$took $commit $(date -u +%FT%TZ)" >"$dir/.$key.$$" && mv "$dir/.$key.$$" "$dir/$key"
+}
+cached=0
+if ((CACHE)) && ((${#key_of[@]})); then
+  left=()
+  for name in "${scenarios[@]}"; do
+    entry=$CACHE_DIR/$name/${key_of[$name]:-none}
+    # Passes older than the age limit go (and stop counting).
+    [[ -d $CACHE_DIR/$name ]] && find "$CACHE_DIR/$name" -maxdepth 1 -type f -mtime "+$((CACHE_DAYS - 1))" -delete
+    if [[ -n ${key_of[$name]:-} && -f $entry ]] && read -r took commit when <"$entry" && [[ -n $when ]]; then
+      echo "PASS  $name (from the cache: passed in ${took}s at $commit on $when; its inputs have not changed)" \
+        >"$LOGS/$name.result"
+      echo "$took" >"$LOGS/$name.seconds"
+      cp "$entry.log" "$LOGS/$name.log" 2>/dev/null || echo "(the log of that run is gone)" >"$LOGS/$name.log"
+      cached=$((cached + 1))
+    else
+      left+=("$name")
+    fi
+  done
+  echo "molecule-all: $cached of ${#scenarios[@]} scenarios from the result cache (their inputs have not changed since a run that passed; GPUBRING_MOLECULE_CACHE=0 runs them)"
+  scenarios_to_run=("${left[@]}")
+else
+  scenarios_to_run=("${scenarios[@]}")
+fi
 
 # The longest scenarios start first, so that no lane is left with one long scenario at the end:
 # molecule/durations.txt holds "SECONDS NAME" lines from a full run (scripts/molecule-all.sh writes
@@ -194,7 +260,7 @@ run_scenario() {
 # list starts first, as if it were the longest.
 ordered=()
 while read -r _ name; do ordered+=("$name"); done < <(
-  for name in "${scenarios[@]}"; do
+  for name in "${scenarios_to_run[@]}"; do
     seconds=$(awk -v n="$name" '$2 == n { print $1 }' molecule/durations.txt 2>/dev/null)
     echo "${seconds:-999999} $name"
   done | sort -k1,1nr -k2,2
@@ -217,7 +283,7 @@ lanes() {
     echo "$JOBS"
   fi
 }
-echo "molecule-all: ${#scenarios[@]} scenarios, $JOBS at a time${BESIDE:+ (one lane fewer while process $BESIDE runs)}"
+echo "molecule-all: ${#scenarios_to_run[@]} scenarios to run, $JOBS at a time${BESIDE:+ (one lane fewer while process $BESIDE runs)}"
 rm -f "$LOGS"/.running.*
 queue=("${ordered[@]}")
 while ((${#queue[@]})); do

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: ruff, mypy --strict, ansible-lint (production profile), ansible-test sanity,
-# pytest (unit and rendering tests on both cores, then the e2e lab) and `molecule test` for every role
-# scenario (GPUBRING_MOLECULE_JOBS at a time, default 2, the e2e lab counting as one while it runs).
+# pytest (the e2e lab from the start, beside the unit and rendering tests on both cores) and `molecule
+# test` for every role scenario (GPUBRING_MOLECULE_JOBS at a time, default 2, the e2e lab counting as
+# one while it runs; a scenario whose inputs have not changed since a pass comes from the result cache).
 # Every step runs even when an earlier one failed; a table of each step's time follows, with the
 # budget; the last line counts the Molecule scenarios as `N passed, N failed`.
 # Tests that check rendered manifests against upstream CRDs and chart values read them from
@@ -76,22 +77,24 @@ source .venv/bin/activate || { echo "setup failed: no .venv" >&2; exit 1; }
 
 step ruff ruff check .
 step mypy mypy
+# The e2e lab is the longest chain of the command (its nodes' start, two DKMS builds, `node replace`):
+# it starts first, beside everything that follows. Its nodes spend much of their time waiting on apt,
+# dpkg and SSH (a run alone leaves about a quarter of the cores idle), which the unit tests and then
+# the scenarios fill. Each e2e test's time is in its output (--durations): where the lab's minutes go.
+beside pytest-e2e pytest -p no:cacheprovider -m e2e --durations=0 --durations-min=1
 # Unit and rendering tests on both cores (pytest-xdist, a file's tests on one worker so its module
 # fixtures are built once).
 if ((PYTEST_BESIDE == 0)); then
   step pytest pytest -p no:cacheprovider -n 2 --dist loadfile -m 'not e2e'
 fi
-# Then the heavy part, three steps sharing the two cores: the e2e lab, the Molecule scenarios and the
-# linters. The lab's nodes and the scenarios' hosts spend much of their time waiting on apt, dpkg and
-# SSH (a run alone leaves about a quarter of the cores idle), so the lab counts as one of Molecule's two
-# lanes while it runs (GPUBRING_MOLECULE_BESIDE_PID) and the scenarios take both once it has ended;
-# ansible-lint and ansible-test sanity (mostly pip filling its test environments) run beside them too.
-# (With GPUBRING_PYTEST_BESIDE=1 the unit tests start first, beside all of them.)
+# Then the Molecule scenarios and the linters. The lab counts as one of Molecule's two lanes while it
+# runs (GPUBRING_MOLECULE_BESIDE_PID) and the scenarios take both once it has ended; scenarios whose
+# inputs have not changed since a run that passed are not run again (scripts/molecule-all.sh, the
+# result cache). ansible-lint and ansible-test sanity (mostly pip filling its test environments) run
+# beside them. (With GPUBRING_PYTEST_BESIDE=1 the unit tests run beside all of them.)
 if ((PYTEST_BESIDE == 1)); then
   beside pytest pytest -p no:cacheprovider -n "$PYTEST_BESIDE_WORKERS" --dist loadfile -m 'not e2e'
 fi
-# Each e2e test's time in its output (--durations): where the lab's minutes go.
-beside pytest-e2e pytest -p no:cacheprovider -m e2e --durations=0 --durations-min=1
 beside ansible-lint ansible-lint --profile production
 beside sanity bash scripts/sanity.sh
 step molecule env GPUBRING_MOLECULE_BESIDE_PID="${beside_pid[pytest-e2e]}" \
