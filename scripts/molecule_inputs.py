@@ -30,6 +30,7 @@ passing result a maximum age for that (GPUBRING_MOLECULE_CACHE_DAYS).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -88,6 +89,7 @@ def files_under(rel: str) -> list[Path]:
     )
 
 
+@functools.cache
 def filter_plugins() -> dict[str, Path]:
     """Each filter name of the collection and the plugin file that defines it."""
     names: dict[str, Path] = {}
@@ -116,7 +118,8 @@ def relative_reaches(path: Path, text: str) -> set[Path]:
     return found
 
 
-def scenario_files(scenario: str) -> list[Path]:
+@functools.cache
+def scenario_files(scenario: str) -> tuple[Path, ...]:
     """Every repository file whose content goes into the scenario's key."""
     roles = {p.name for p in (ROOT / "roles").iterdir() if p.is_dir()} if (ROOT / "roles").is_dir() else set()
     filters = filter_plugins()
@@ -130,9 +133,10 @@ def scenario_files(scenario: str) -> list[Path]:
                 if scan:
                     queue.append(p)
 
-    add((p for rel in ALWAYS for p in files_under(rel)), scan=False)
+    # The scenario and the shared base first: ALWAYS holds the base too, unscanned.
     add(files_under(f"molecule/{scenario}"), scan=True)
     add(files_under(".config/molecule"), scan=True)
+    add((p for rel in ALWAYS for p in files_under(rel)), scan=False)
     seen_roles: set[str] = set()
 
     def add_role(name: str) -> None:
@@ -165,7 +169,7 @@ def scenario_files(scenario: str) -> list[Path]:
                     add(files_under(f"plugins/module_utils/{name}.py"), scan=True)
         for target in relative_reaches(path, text):
             add(files_under(str(target.relative_to(ROOT))), scan=True)
-    return sorted(chosen)
+    return tuple(sorted(chosen))
 
 
 def distro_of(item: str) -> str:
@@ -226,8 +230,8 @@ def main(argv: list[str]) -> int:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     for item in argv[1:]:
-        if not (ROOT / "molecule" / item.split("@", 1)[0] / "molecule.yml").is_file():
-            name = item.split("@", 1)[0]
+        name = item.split("@", 1)[0]
+        if not (ROOT / "molecule" / name / "molecule.yml").is_file():
             print(
                 f"molecule_inputs: error: no scenario {item} (no molecule/{name}/molecule.yml)",
                 file=sys.stderr,
