@@ -161,11 +161,19 @@ def alive(pid: int) -> bool:
         return False
 
 
+# Sockets of closed_port(), kept bound (never listening) for the life of the test process.
+_HELD_PORTS: list[socket.socket] = []
+
+
 def closed_port() -> int:
-    """A local TCP port where nothing listens (bound, then let go)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A local TCP port where nothing listens: bound and kept bound without listen(), so a connection
+    to it is refused and no other process can take it while the test runs (a port bound and let go
+    could be taken by the e2e lab or another worker between two runs of one test, and the second run
+    would then report another error)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _HELD_PORTS.append(s)
+    return int(s.getsockname()[1])
 
 
 def unreachable_kubeconfig(folder: Path) -> Path:
