@@ -165,6 +165,36 @@ def test_the_report_keeps_each_hosts_hardware() -> None:
     assert state.stats is not None and state.stats.hosts["node1"].failed == 0
 
 
+def test_the_hardware_summary_takes_the_failures_and_warnings_published_beside_it() -> None:
+    """The role publishes preflight_failures and preflight_warnings beside preflight_summary, in the
+    same set_fact result (rendering them into the summary too ran every check twice, issue 26): the
+    report's hardware summary carries them as before."""
+    raw = {
+        "event": "runner_on_ok",
+        "event_data": {
+            "host": "gpu01",
+            "res": {
+                "ansible_facts": {
+                    "preflight_summary": {"host": "gpu01", "os": "Debian 12"},
+                    "preflight_failures": ["swap is on (2048 MiB)"],
+                    "preflight_warnings": [],
+                }
+            },
+        },
+    }
+    found = events.hardware_summary(raw)
+    assert found is not None and found.host == "gpu01"
+    assert found.summary == {
+        "host": "gpu01",
+        "os": "Debian 12",
+        "failures": ["swap is on (2048 MiB)"],
+        "warnings": [],
+    }
+    # A summary of an earlier gpubring that carries its own lines keeps them.
+    raw["event_data"]["res"]["ansible_facts"]["preflight_summary"]["failures"] = ["kept"]  # type: ignore[index]
+    assert events.hardware_summary(raw).summary["failures"] == ["kept"]  # type: ignore[union-attr]
+
+
 def _gpu_summary(host: str) -> dict[str, object]:
     [recorded] = [
         found

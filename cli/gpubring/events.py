@@ -386,17 +386,26 @@ def parse(event: Mapping[str, Any]) -> Event | None:
 
 
 SUMMARY_FACT = "preflight_summary"
+FAILURES_FACT = "preflight_failures"
+WARNINGS_FACT = "preflight_warnings"
 
 
 def hardware_summary(event: Mapping[str, Any]) -> HardwareSummary | None:
-    """The preflight hardware summary a result carries (the set_fact of `preflight_summary`), or None.
+    """The preflight hardware summary a result carries (the set_fact of `preflight_summary`), or None,
+    with the failures and warnings the same set_fact published beside it (`preflight_failures`,
+    `preflight_warnings`) as its `failures` and `warnings` (the role does not render them twice).
 
     ansible-runner gives the set_fact's result whole, so the summary arrives with the result itself."""
     found = _result_facts(event)
     summary = found[1].get(SUMMARY_FACT) if found else None
     if found is None or not isinstance(summary, Mapping):
         return None
-    return HardwareSummary(host=found[0], summary=dict(summary))
+    merged = dict(summary)
+    for key, fact in (("failures", FAILURES_FACT), ("warnings", WARNINGS_FACT)):
+        lines = found[1].get(fact)
+        if key not in merged and isinstance(lines, list):
+            merged[key] = lines
+    return HardwareSummary(host=found[0], summary=merged)
 
 
 def _result_facts(event: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]] | None:
