@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import HW, module_utils
+from helpers import HW, collection_module, module_utils
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hw"
 
@@ -701,3 +701,17 @@ def test_rdma_bandwidth_targets() -> None:
     assert E.rdma_bandwidth_targets(expected, facts) == [
         {"device": "mlx5_0", "port": 1, "link_layer": None, "min_gbps": 320.0, "numa_node": 0, "gpu_index": 0}
     ]
+
+
+def test_the_published_result_renders_the_checks_once() -> None:
+    """gpu_acceptance_result: the role's published result, its verdict from the same checks it carries
+    (the role rendered its checks once for the verdict and once more for the list before, issue 26)."""
+    filters = collection_module("filter.gpu_expect").FilterModule().filters()
+    checks = E.health_checks(text("misc/nvidia-smi-q-text-8x-h100-80gb-hbm3-535.161.08.txt"))
+    found = filters["gpu_acceptance_result"](checks, {"nics": []})
+    assert found == {"verdict": "failed", "checks": checks, "expected": {"nics": []}}
+    assert found["verdict"] == filters["gpu_acceptance_verdict"](checks)
+    skipped = [E.check("x", "skipped", reason="no tool")]
+    assert filters["gpu_acceptance_result"](skipped)["verdict"] == "skipped-only"
+    empty = filters["gpu_acceptance_result"](None)
+    assert empty == {"verdict": E.verdict([]), "checks": [], "expected": None}

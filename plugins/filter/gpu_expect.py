@@ -25,6 +25,9 @@ gpu_acceptance_ib_write_bw_runs(registered_loop_results) -> [check per run]
 gpu_acceptance_rdma_targets(expected, facts, devices=None) -> [{device, port, min_gbps, numa_node, gpu_index}]
 gpu_acceptance_reads(stdout_lines, names) -> {name: {rc, stdout, stdout_lines}} of the reads that ran
 gpu_acceptance_verdict(checks) -> passed | failed | skipped-only
+gpu_acceptance_result(checks, expected=None) -> {verdict, checks, expected}: the role's published
+    result from one rendering of its checks (a verdict and a checks key, each rendering them, made
+    every check's record twice: issue 26)
 gpu_acceptance_admission(result, taints, key, when='') -> {state, taints, annotation}
 """
 
@@ -144,6 +147,11 @@ def verdict(checks: Any) -> str:
     return E.verdict(list(checks or []))
 
 
+def result(checks: Any, expected: Any = None) -> dict[str, Any]:
+    found = list(checks or [])
+    return {"verdict": E.verdict(found), "checks": found, "expected": expected}
+
+
 def admission(result: Any, taints: Any, key: Any, when: Any = "") -> dict[str, Any]:
     if not isinstance(result, dict):
         raise AnsibleFilterError(f"gpu_acceptance_admission: expected gpu_acceptance_result, got {result!r}")
@@ -168,5 +176,6 @@ class FilterModule:
             "gpu_acceptance_rdma_targets": rdma_targets,
             "gpu_acceptance_reads": reads,
             "gpu_acceptance_verdict": verdict,
+            "gpu_acceptance_result": result,
             "gpu_acceptance_admission": admission,
         }
