@@ -7,8 +7,10 @@ The real tests cancel a real `gpubring up` (a subprocess, signalled as an operat
 service manager's SIGTERM would) whose task runs over ssh on a real OpenSSH server (tests/sshd.py)
 on 127.0.0.1. The task starts a process that outlives its ssh session, as an apt install does: a
 holder of a lock file under tmp_path (the inventory points preflight_package_lock_paths at it, so
-the machine's own dpkg lock is never touched), or a program called `dkms`. The test releases or
-kills that process by its pid; nothing is found or killed by name.
+the machine's own dpkg lock is never touched), or a program standing for a DKMS build, named
+FAKE_DKMS_NAME (the inventory's preflight_package_busy_commands: this machine's own `dkms` builds,
+such as the e2e lab's beside the unit tests, are never waited for). The test releases or kills that
+process by its pid; nothing is found or killed by name.
 """
 
 from __future__ import annotations
@@ -81,7 +83,11 @@ with open(lock, "a") as handle:
     (state / "holder.done").write_text("done")
 """
 
-# A DKMS build as the wait sees one: a process whose name (/proc/PID/comm) is dkms, holding no lock.
+# A DKMS build as the wait sees one: a process whose name (/proc/PID/comm) is one of
+# preflight_package_busy_commands, holding no lock. Not `dkms` itself: this machine is the test's node,
+# and the e2e lab's containers beside the unit tests run real `dkms build`s that its /proc shows (three
+# tests waited for them in a clean-clone run).
+FAKE_DKMS_NAME = "dkms-gbtest"
 FAKE_DKMS = """#!/bin/sh
 echo $$ > "$1/holder.pid"
 i=0
@@ -394,6 +400,7 @@ class Site:
             # root already: su needs no password for root, and this machine has no sudo.
             "ansible_become_method": "su",
             "preflight_package_lock_paths": [str(self.lock)],
+            "preflight_package_busy_commands": [FAKE_DKMS_NAME],
             "preflight_require_gpu": False,
             "preflight_check_time_sync": False,
         }
@@ -590,7 +597,7 @@ def test_a_cancel_waits_until_the_package_work_on_the_host_is_over(site: Site, p
 
 def test_a_second_signal_stops_the_wait_and_names_the_host(site: Site, private_tmp: Path) -> None:
     # A DKMS build holds no dpkg lock: the wait finds it by its name (preflight_package_busy_commands).
-    dkms = site.tmp / "bin" / "dkms"
+    dkms = site.tmp / "bin" / FAKE_DKMS_NAME
     dkms.parent.mkdir()
     dkms.write_text(FAKE_DKMS)
     dkms.chmod(0o755)
