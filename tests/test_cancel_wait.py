@@ -47,12 +47,13 @@ from gpubring.events import (
 from gpubring.exitcodes import ExitCode
 from gpubring.inventory import load_inventory
 from gpubring.run import process
-from gpubring.run.accelerate import MITOGEN_SOCKET_PREFIX, MITOGEN_STRATEGY
+from gpubring.run.accelerate import MITOGEN_SOCKET_PREFIX
 from gpubring.run.cancel import CancelFlag
 from gpubring.run.cancelwait import CANCEL_WAIT_DEFAULT_S, cancel_wait_timeout
 from gpubring.run.folder import EXTRA_VARS_PREFIX, LOCAL_TEMP
 from gpubring.run.leftovers import find_orphans
 from gpubring.run.settings import RunSettings
+from gpubring.run.strategy import GPUBRING_STRATEGY
 from gpubring.runopts import RunOptions, parse_extra_vars
 from helpers import DATA, REPO, alive, refused
 from sshd import KeyPair, Sshd, require_sshd
@@ -340,7 +341,7 @@ def test_a_cancelled_mitogen_run_and_its_wait_leave_nothing_behind(
     )
     result = process.run(settings, on_event, flag)
     assert result.exit_code == ExitCode.CANCELLED
-    if result.report.options["strategy"] == MITOGEN_STRATEGY:
+    if result.report.options["strategy"] == GPUBRING_STRATEGY:
         assert [name for name in during if name.startswith(MITOGEN_SOCKET_PREFIX)], during
     assert result.report.to_json()["cancel_wait"]["hosts"]["node1"]["task"] == "Wait for the cancel"
     assert list(result.run_folder.glob("artifacts/*-wait/command"))

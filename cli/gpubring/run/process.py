@@ -26,6 +26,7 @@ from gpubring.run.leftovers import clear_leftovers
 from gpubring.run.proctable import process_start
 from gpubring.run.session import Session
 from gpubring.run.settings import RunResult, RunSettings
+from gpubring.run.strategy import for_runs
 from gpubring.runopts import extra_var_names
 
 
@@ -127,7 +128,7 @@ def run(
     runstore.write_owner(folder, runstore.Owner(pid=me, start=process_start(me) or 0))
     runstore.prune(runstore.runs_dir(inventory_root), settings.keep_runs, protect=folder)
     leftovers = clear_leftovers(inventory_root, exclude=folder)
-    accel = accelerator(settings.options.accelerate)
+    accel = for_runs(accelerator(settings.options.accelerate))
     playbook, plays, inventories = prepare(settings, folder)
     try:
         sharding = shards.plan(settings)

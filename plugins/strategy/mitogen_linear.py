@@ -1,0 +1,61 @@
+# Copyright: gpubring maintainers
+# Apache-2.0 (see galaxy.yml)
+"""gpubring.core.mitogen_linear: Mitogen's linear strategy, with what every forked worker would load for
+itself loaded once, in the controller's main process, before the workers fork."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: mitogen_linear
+short_description: Mitogen's linear strategy, with the installed collections listed before the workers fork
+description:
+  - Runs every play as Mitogen's C(mitogen_linear) strategy does (Ansible's C(linear) with Mitogen's
+    connections), and before each play lists the installed collections once in the controller's main
+    process, so that the workers Ansible forks for each task and host inherit them instead of each
+    listing them again.
+  - Why. For every module that lives in a collection (C(gpubring.core.gpu_facts), C(host_state),
+    C(read_files), C(download_reachable) and any other collection's), Mitogen's planner lists every
+    installed collection (C(ansible_mitogen/planner.py), C(_load_collections), Mitogen 0.3.x): in a fresh
+    worker that imports each collection's package and parses its C(meta/runtime.yml), about 0.13 s of
+    controller CPU per module call and host with the C(ansible) package's 90-odd collections, a third of
+    the worker's CPU for such a task (gpubring's fleet profile, docs/fleet.md). Listed once before the
+    fork, the packages are already imported in every worker, and a worker's listing costs about 0.02 s.
+  - Needs Mitogen (C(pip install 'gpubring[accel]')). C(gpubring up) chooses this strategy whenever it
+    would use Mitogen's (C(cli/gpubring/run/strategy.py)), and Ansible's C(linear) otherwise.
+author: gpubring maintainers
+"""
+
+from typing import Any  # noqa: E402 (DOCUMENTATION first, as ansible-doc reads it)
+
+from ansible.collections.list import list_collection_dirs  # noqa: E402
+from ansible.errors import AnsibleError  # noqa: E402
+from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy  # noqa: E402
+
+try:
+    from ansible_mitogen.strategy import StrategyMixin
+except ImportError as error:  # Mitogen is an optional extra of gpubring
+    MITOGEN_ERROR: ImportError | None = error
+
+    class StrategyMixin:  # type: ignore[no-redef]
+        """Stands in for Mitogen's mixin so that the module imports; the strategy refuses to start."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise AnsibleError(
+                "gpubring.core.mitogen_linear needs Mitogen (pip install 'gpubring[accel]'), "
+                f"which cannot be imported: {MITOGEN_ERROR}"
+            )
+
+else:
+    MITOGEN_ERROR = None
+
+
+def prepare_workers() -> int:
+    """List the installed collections in this (the main) process: the collections' packages stay imported
+    for every worker forked after it. Returns how many collections were found."""
+    return sum(1 for _ in list_collection_dirs())
+
+
+class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
+    def run(self, iterator: Any, play_context: Any, *args: Any, **kwargs: Any) -> Any:
+        prepare_workers()
+        return super().run(iterator, play_context, *args, **kwargs)

@@ -1,0 +1,129 @@
+"""gpubring.core.mitogen_linear (plugins/strategy/mitogen_linear.py): a real ansible-playbook run with
+Mitogen, whose forked workers find the installed collections' packages already imported, and the
+collection's own modules run through it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpubring.run.accelerate import MITOGEN_STRATEGY, Accelerator, accelerator
+from gpubring.run.strategy import GPUBRING_STRATEGY, for_runs
+from helpers import BIN, REPO, collection_env
+
+pytest.importorskip("ansible_mitogen", reason="Mitogen is gpubring's [accel] extra: pip install -e '.[test]'")
+
+# A filter that runs where Jinja runs: in the worker Ansible forked for the task and host.
+IMPORTED_FILTER = """
+import sys
+
+
+class FilterModule:
+    def filters(self):
+        return {"imported": lambda p: sorted(m for m in sys.modules if m == p or m.startswith(p + "."))}
+"""
+
+PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: The collections' packages this worker was forked with
+      ansible.builtin.set_fact:
+        seen: "{{ 'ansible_collections.community.general' | imported }}"
+    - name: A module of gpubring.core, run by Mitogen
+      gpubring.core.read_files:
+        paths: ["{{ marker }}"]
+      register: read
+    - name: Show what the worker saw and what the module read
+      ansible.builtin.debug:
+        msg: "{{ {'seen': seen, 'content': read.files[marker].content} | to_json }}"
+"""
+
+
+def _run(tmp_path: Path, strategy: str) -> dict[str, object]:
+    (tmp_path / "filter_plugins").mkdir(exist_ok=True)
+    (tmp_path / "filter_plugins" / "imported.py").write_text(IMPORTED_FILTER)
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    marker = tmp_path / "marker.txt"
+    marker.write_text("read through the strategy\n")
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_FILTER_PLUGINS=str(tmp_path / "filter_plugins"),
+        ANSIBLE_STRATEGY=strategy,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    )
+    proc = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            f"marker={marker}",
+            str(tmp_path / "play.yml"),
+        ],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    last = document["plays"][0]["tasks"][-1]["hosts"]["localhost"]
+    return json.loads(last["msg"])
+
+
+def test_runs_use_it_where_mitogen_applies() -> None:
+    chosen = for_runs(accelerator(True))
+    assert chosen.strategy == GPUBRING_STRATEGY == "gpubring.core.mitogen_linear"
+    assert chosen.env["ANSIBLE_STRATEGY"] == GPUBRING_STRATEGY
+    # Mitogen's own folder stays on the path, and Mitogen's choice (Molecule's) is Mitogen's strategy.
+    assert chosen.env["ANSIBLE_STRATEGY_PLUGINS"] == accelerator(True).env["ANSIBLE_STRATEGY_PLUGINS"]
+    assert accelerator(True).strategy == MITOGEN_STRATEGY
+    linear = Accelerator("linear", {}, "Mitogen is not installed")
+    assert for_runs(linear) is linear
+
+
+def test_workers_inherit_the_listed_collections(tmp_path: Path) -> None:
+    shown = _run(tmp_path, GPUBRING_STRATEGY)
+    assert shown["content"] == "read through the strategy\n"
+    # Listed once in the main process before the fork: the worker has the package without importing it.
+    assert "ansible_collections.community.general" in shown["seen"]
+
+
+def test_ansible_linear_workers_do_not(tmp_path: Path) -> None:
+    """The control: with Ansible's own linear strategy nothing lists the collections before the fork."""
+    shown = _run(tmp_path, "linear")
+    assert shown["content"] == "read through the strategy\n"
+    assert shown["seen"] == []
+
+
+def test_refuses_to_start_without_mitogen() -> None:
+    """Importable without Mitogen (ansible-test's import check, a wheel without [accel]); it says what is
+    missing when a play would start."""
+    code = (
+        "import sys\n"
+        "sys.modules['ansible_mitogen'] = None\n"
+        "sys.modules['ansible_mitogen.strategy'] = None\n"
+        "from helpers import collection_module\n"
+        "plugin = collection_module('strategy.mitogen_linear')\n"
+        "assert plugin.MITOGEN_ERROR is not None\n"
+        "try:\n"
+        "    plugin.StrategyModule(None)\n"
+        "except Exception as error:\n"
+        "    print(type(error).__name__, error)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO / "tests", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("AnsibleError gpubring.core.mitogen_linear needs Mitogen")
+    assert "pip install 'gpubring[accel]'" in proc.stdout
