@@ -59,19 +59,10 @@ def _run(tmp_path: Path, strategy: str) -> dict[str, object]:
         ANSIBLE_STRATEGY=strategy,
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
     )
+    variables = json.dumps({"ansible_python_interpreter": sys.executable, "marker": str(marker)})
+    command = [str(BIN / "ansible-playbook"), "--inventory=localhost,", "--connection=local"]
     proc = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            f"marker={marker}",
-            str(tmp_path / "play.yml"),
-        ],
+        [*command, f"--extra-vars={variables}", str(tmp_path / "play.yml")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
