@@ -13,16 +13,16 @@ description:
     connections), and before each play lists the installed collections once in the controller's main
     process, so that the workers Ansible forks for each task and host inherit them instead of each
     listing them again.
-  - Why. For every module that lives in a collection (C(gpubring.core.gpu_facts), C(host_state),
+  - "Why. For every module that lives in a collection (C(gpubring.core.gpu_facts), C(host_state),
     C(read_files), C(download_reachable) and any other collection's), Mitogen's planner lists every
-    installed collection (C(ansible_mitogen/planner.py), C(_load_collections), Mitogen 0.3.x): in a fresh
-    worker that imports each collection's package and parses its C(meta/runtime.yml), about 0.13 s of
-    controller CPU per module call and host with the C(ansible) package's 90-odd collections, a third of
-    the worker's CPU for such a task (gpubring's fleet profile, docs/fleet.md). Listed once before the
-    fork, the packages are already imported in every worker, and a worker's listing costs about 0.02 s.
+    installed collection (C(_load_collections) in C(ansible_mitogen/planner.py), Mitogen 0.3.x). In a
+    fresh worker that imports each collection's package and parses its C(meta/runtime.yml), about 0.13 s
+    of controller CPU per module call and host with the C(ansible) package's 90-odd collections, a third
+    of the worker's CPU for such a task (gpubring's fleet profile, docs/fleet.md). Listed once before the
+    fork, the packages are already imported in every worker, and a worker's listing costs about 0.02 s."
   - Needs Mitogen (C(pip install 'gpubring[accel]')). C(gpubring up) chooses this strategy whenever it
     would use Mitogen's (C(cli/gpubring/run/strategy.py)), and Ansible's C(linear) otherwise.
-author: gpubring maintainers
+author: gpubring maintainers (!UNKNOWN)
 """
 
 from typing import Any  # noqa: E402 (DOCUMENTATION first, as ansible-doc reads it)
@@ -52,7 +52,7 @@ else:
 def prepare_workers() -> int:
     """List the installed collections in this (the main) process: the collections' packages stay imported
     for every worker forked after it. Returns how many collections were found."""
-    return sum(1 for _ in list_collection_dirs())
+    return len(list(list_collection_dirs()))
 
 
 class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
