@@ -10,9 +10,9 @@ name: mitogen_linear
 short_description: Mitogen's linear strategy, with the installed collections listed before the workers fork
 description:
   - Runs every play as Mitogen's C(mitogen_linear) strategy does (Ansible's C(linear) with Mitogen's
-    connections), and before each play lists the installed collections once in the controller's main
-    process, so that the workers Ansible forks for each task and host inherit them instead of each
-    listing them again.
+    connections), and before the first play of the process lists the installed collections once in the
+    controller's main process, so that the workers Ansible forks for each task and host inherit them
+    instead of each listing them again.
   - "Why. For every module that lives in a collection (C(gpubring.core.gpu_facts), C(host_state),
     C(read_files), C(download_reachable) and any other collection's), Mitogen's planner lists every
     installed collection (C(_load_collections) in C(ansible_mitogen/planner.py), Mitogen 0.3.x). In a
@@ -25,7 +25,8 @@ description:
 author: gpubring maintainers (!UNKNOWN)
 """
 
-from typing import Any  # noqa: E402 (DOCUMENTATION first, as ansible-doc reads it)
+from functools import cache  # noqa: E402 (DOCUMENTATION first, as ansible-doc reads it)
+from typing import Any  # noqa: E402
 
 from ansible.collections.list import list_collection_dirs  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
@@ -49,9 +50,10 @@ else:
     MITOGEN_ERROR = None
 
 
+@cache
 def prepare_workers() -> int:
-    """List the installed collections in this (the main) process: the collections' packages stay imported
-    for every worker forked after it. Returns how many collections were found."""
+    """List the installed collections in this (the main) process, once: the collections' packages stay
+    imported for every worker forked after it, whichever play. Returns how many collections were found."""
     return len(list(list_collection_dirs()))
 
 
