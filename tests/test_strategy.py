@@ -34,13 +34,14 @@ PLAYBOOK = """
     - name: The collections' packages this worker was forked with
       ansible.builtin.set_fact:
         seen: "{{ 'ansible_collections.community.general' | imported }}"
+        filters: "{{ 'ansible_collections.gpubring.core.plugins.filter' | imported }}"
     - name: A module of gpubring.core, run by Mitogen
       gpubring.core.read_files:
         paths: ["{{ marker }}"]
       register: read
     - name: Show what the worker saw and what the module read
       ansible.builtin.debug:
-        msg: "{{ {'seen': seen, 'content': read.files[marker].content} | to_json }}"
+        msg: "{{ {'seen': seen, 'filters': filters, 'content': read.files[marker].content} | to_json }}"
 """
 
 
@@ -87,6 +88,8 @@ def test_workers_inherit_the_listed_collections(tmp_path: Path) -> None:
     assert shown["content"] == "read through the strategy\n"
     # Listed once in the main process before the fork: the worker has the package without importing it.
     assert "ansible_collections.community.general" in shown["seen"]
+    # gpubring.core's filters were loaded before the fork: the worker, which named none of them, has them.
+    assert "ansible_collections.gpubring.core.plugins.filter.gpu_expect" in shown["filters"]
 
 
 def test_ansible_linear_workers_do_not(tmp_path: Path) -> None:
@@ -94,6 +97,7 @@ def test_ansible_linear_workers_do_not(tmp_path: Path) -> None:
     shown = _run(tmp_path, "linear")
     assert shown["content"] == "read through the strategy\n"
     assert shown["seen"] == []
+    assert shown["filters"] == []
 
 
 def test_refuses_to_start_without_mitogen() -> None:

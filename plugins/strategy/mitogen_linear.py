@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: mitogen_linear
-short_description: Mitogen's linear strategy, with the installed collections listed before the workers fork
+short_description: Mitogen's linear strategy, with the collections listed and the filters loaded before the workers fork
 description:
   - Runs every play as Mitogen's C(mitogen_linear) strategy does (Ansible's C(linear) with Mitogen's
     connections), and before the first play of the process lists the installed collections once in the
@@ -20,16 +20,24 @@ description:
     of controller CPU per module call and host with the C(ansible) package's 90-odd collections, a third
     of the worker's CPU for such a task (gpubring's fleet profile, docs/fleet.md). Listed once before the
     fork, the packages are already imported in every worker, and a worker's listing costs about 0.02 s."
+  - "It also loads, once in the main process, the filter and test plugins of C(ansible.builtin) and every
+    filter of C(gpubring.core). Ansible loads them in each worker that renders a template naming one (a
+    filter of a collection imports each of that collection's filter files and their module_utils): about
+    40-90 ms of a worker's CPU for a task that names one, before it renders anything (gpubring's fleet
+    profile, docs/fleet.md)."
   - Needs Mitogen (C(pip install 'gpubring[accel]')). C(gpubring up) chooses this strategy whenever it
     would use Mitogen's (C(cli/gpubring/run/strategy.py)), and Ansible's C(linear) otherwise.
 author: gpubring maintainers (!UNKNOWN)
 """
 
+import pkgutil  # noqa: E402
 from functools import cache  # noqa: E402 (DOCUMENTATION first, as ansible-doc reads it)
+from importlib import import_module  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.collections.list import list_collection_dirs  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
+from ansible.plugins.loader import filter_loader, test_loader  # noqa: E402
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy  # noqa: E402
 
 try:
@@ -49,6 +57,8 @@ except ImportError as error:  # Mitogen is an optional extra of gpubring
 else:
     MITOGEN_ERROR = None
 
+COLLECTION = "gpubring.core"
+
 
 @cache
 def prepare_workers() -> int:
@@ -57,7 +67,28 @@ def prepare_workers() -> int:
     return len(list(list_collection_dirs()))
 
 
+@cache
+def load_jinja_plugins() -> int:
+    """Load the filter and test plugins a task's templates can name, once, in this (the main) process:
+    ansible.builtin's (the first lookup of a filter or test loads all of its kind) and every filter of this
+    collection (a lookup of one imports each of its filter files and their module_utils). A worker that
+    renders a filter finds it loaded. Returns how many of this collection's filters were loaded."""
+    filter_loader.get("ansible.builtin.default")
+    test_loader.get("ansible.builtin.version")
+    package = import_module(f"ansible_collections.{COLLECTION}.plugins.filter")
+    names: list[str] = []
+    for info in pkgutil.iter_modules(package.__path__):
+        try:
+            names.extend(import_module(f"{package.__name__}.{info.name}").FilterModule().filters())
+        except Exception:  # left to the worker that names one of its filters: Ansible's loader reports it
+            continue
+    for name in names:
+        filter_loader.get(f"{COLLECTION}.{name}")
+    return len(names)
+
+
 class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
     def run(self, iterator: Any, play_context: Any, *args: Any, **kwargs: Any) -> Any:
         prepare_workers()
+        load_jinja_plugins()
         return super().run(iterator, play_context, *args, **kwargs)
