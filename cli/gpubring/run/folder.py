@@ -170,6 +170,12 @@ def environment(settings: RunSettings, accel: Accelerator, folder: Path) -> dict
         "ANSIBLE_CACHE_PLUGIN_TIMEOUT": "0",
         "ANSIBLE_GATHERING": "implicit",
         "ANSIBLE_DISPLAY_ARGS_TO_STDOUT": "False",
+        # Facts only under ansible_facts (no role reads an injected ansible_* name, and the verdicts a
+        # sharded verify caches are read from ansible_facts: tests/test_fact_names.py keeps it so): else
+        # the main process copies each host's facts for every task it queues (clean_facts in
+        # ansible/vars/manager.py; issue 26). ansible-core 2.19 marks the injected names for deprecation
+        # in 2.20 (_deprecate_top_level_fact, same file).
+        "ANSIBLE_INJECT_FACT_VARS": "False",
         "ANSIBLE_NOCOLOR": "True",
         "ANSIBLE_FORCE_COLOR": "False",
         **accel.env,
