@@ -479,3 +479,29 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
         "dcgm_diag", "gpu_health", "gpu_xid", "nvlink", "nic_link", "pcie", "rdma_write_bw",
     ]  # fmt: skip
     assert all(c["status"] == "skipped" and c["reason"] for c in checks), checks
+
+
+def _templated_defaults(options: dict[str, Any], where: str) -> list[str]:
+    found = []
+    for name, spec in options.items():
+        if "{{" in json.dumps(spec.get("default")) or "{%" in json.dumps(spec.get("default")):
+            found.append(f"{where}.{name}")
+        found.extend(_templated_defaults(spec.get("options") or {}, f"{where}.{name}"))
+    return found
+
+
+def test_verify_spec_renders_nothing_per_host() -> None:
+    """Ansible validates verify's 63 options on every host of the play, rendering the whole specification
+    each time: a templated default there (a pin through gpubring_matrix) costs controller CPU per host and
+    per run for nothing (the values come from defaults/main.yml). Those defaults are in defaults/main.yml
+    only, as the role's other computed defaults are."""
+    specs = yaml.safe_load(
+        (REPO / "roles" / "verify" / "meta" / "argument_specs.yml").read_text(encoding="utf-8")
+    )
+    options = specs["argument_specs"]["main"]["options"]
+    assert len(options) > 40
+    assert _templated_defaults(options, "main") == []
+    defaults = yaml.safe_load(
+        (REPO / "roles" / "verify" / "defaults" / "main.yml").read_text(encoding="utf-8")
+    )
+    assert "gpubring_matrix.verify.cuda_image" in defaults["verify_cuda_image"]
