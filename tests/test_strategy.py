@@ -122,3 +122,55 @@ def test_refuses_to_start_without_mitogen() -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("AnsibleError gpubring.core.mitogen_linear needs Mitogen")
     assert "pip install 'gpubring[accel]'" in proc.stdout
+
+
+GOOD_FILTER = """
+class FilterModule:
+    def filters(self):
+        return {"shout": lambda s: s.upper() + "!"}
+"""
+
+BROKEN_FILTER = """
+raise RuntimeError("this filter file is broken on purpose")
+"""
+
+SHOUT_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: A filter of the collection whose other filter file cannot be imported
+      ansible.builtin.debug:
+        msg: "{{ 'ready' | gpubring.core.shout }}"
+"""
+
+
+def test_a_broken_filter_file_does_not_stop_the_run(tmp_path: Path) -> None:
+    """The filters are loaded before the fork from the collection as installed: a filter file that cannot be
+    imported is left to the worker that names one of its filters (Ansible's loader warns and skips it), and
+    every other filter of the collection still works."""
+    collection = tmp_path / "ansible_collections" / "gpubring" / "core"
+    (collection / "plugins" / "strategy").mkdir(parents=True)
+    (collection / "plugins" / "filter").mkdir(parents=True)
+    strategy = REPO / "plugins" / "strategy" / "mitogen_linear.py"
+    (collection / "plugins" / "strategy" / "mitogen_linear.py").write_text(strategy.read_text())
+    (collection / "plugins" / "filter" / "good.py").write_text(GOOD_FILTER)
+    (collection / "plugins" / "filter" / "broken.py").write_text(BROKEN_FILTER)
+    (tmp_path / "play.yml").write_text(SHOUT_PLAYBOOK)
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_COLLECTIONS_PATH=str(tmp_path),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STRATEGY=GPUBRING_STRATEGY,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    )
+    variables = json.dumps({"ansible_python_interpreter": sys.executable})
+    command = [str(BIN / "ansible-playbook"), "--inventory=localhost,", "--connection=local"]
+    proc = subprocess.run(
+        [*command, f"--extra-vars={variables}", str(tmp_path / "play.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document = json.loads(proc.stdout)
+    assert document["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"] == "READY!"
