@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,29 +46,37 @@ PLAYBOOK = """
 """
 
 
+def _playbook(tmp_path: Path, strategy: str, variables: dict[str, str], **env: str) -> dict[str, Any]:
+    """ansible-playbook of tmp_path/play.yml on localhost under `strategy`: its JSON callback's document."""
+    environment = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="memory",
+        ANSIBLE_LOCALHOST_WARNING="false",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STRATEGY=strategy,
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        **env,
+    )
+    extra = json.dumps({"ansible_python_interpreter": sys.executable, **variables})
+    command = [str(BIN / "ansible-playbook"), "--inventory=localhost,", "--connection=local"]
+    proc = subprocess.run(
+        [*command, f"--extra-vars={extra}", str(tmp_path / "play.yml")],
+        cwd=REPO, env=environment, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    document: dict[str, Any] = json.loads(proc.stdout)
+    return document
+
+
 def _run(tmp_path: Path, strategy: str) -> dict[str, object]:
     (tmp_path / "filter_plugins").mkdir(exist_ok=True)
     (tmp_path / "filter_plugins" / "imported.py").write_text(IMPORTED_FILTER)
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     marker = tmp_path / "marker.txt"
     marker.write_text("read through the strategy\n")
-    env = collection_env(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FILTER_PLUGINS=str(tmp_path / "filter_plugins"),
-        ANSIBLE_STRATEGY=strategy,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+    document = _playbook(
+        tmp_path, strategy, {"marker": str(marker)}, ANSIBLE_FILTER_PLUGINS=str(tmp_path / "filter_plugins")
     )
-    variables = json.dumps({"ansible_python_interpreter": sys.executable, "marker": str(marker)})
-    command = [str(BIN / "ansible-playbook"), "--inventory=localhost,", "--connection=local"]
-    proc = subprocess.run(
-        [*command, f"--extra-vars={variables}", str(tmp_path / "play.yml")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
     last = document["plays"][0]["tasks"][-1]["hosts"]["localhost"]
     return json.loads(last["msg"])
 
@@ -156,21 +165,5 @@ def test_a_broken_filter_file_does_not_stop_the_run(tmp_path: Path) -> None:
     (collection / "plugins" / "filter" / "good.py").write_text(GOOD_FILTER)
     (collection / "plugins" / "filter" / "broken.py").write_text(BROKEN_FILTER)
     (tmp_path / "play.yml").write_text(SHOUT_PLAYBOOK)
-    env = collection_env(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(tmp_path),
-        ANSIBLE_CACHE_PLUGIN="memory",
-        ANSIBLE_LOCALHOST_WARNING="false",
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_STRATEGY=GPUBRING_STRATEGY,
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-    )
-    variables = json.dumps({"ansible_python_interpreter": sys.executable})
-    command = [str(BIN / "ansible-playbook"), "--inventory=localhost,", "--connection=local"]
-    proc = subprocess.run(
-        [*command, f"--extra-vars={variables}", str(tmp_path / "play.yml")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    document = json.loads(proc.stdout)
+    document = _playbook(tmp_path, GPUBRING_STRATEGY, {}, ANSIBLE_COLLECTIONS_PATH=str(tmp_path))
     assert document["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"] == "READY!"
