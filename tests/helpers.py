@@ -9,7 +9,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -59,6 +59,18 @@ def collection_module(name: str) -> ModuleType:
 def module_utils(name: str) -> ModuleType:
     """plugins/module_utils/<name>.py through the collection (collection_module)."""
     return collection_module("module_utils." + name)
+
+
+def tasks_in(node: Any) -> Iterator[dict[str, Any]]:
+    """Every task of a task list (a task file as YAML loads it), and those inside its blocks' block, rescue
+    and always sections, depth first."""
+    if isinstance(node, list):
+        for item in node:
+            yield from tasks_in(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("block", "rescue", "always"):
+            yield from tasks_in(node.get(key))
 
 
 def collection_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:

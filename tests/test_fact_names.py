@@ -15,7 +15,7 @@ import yaml
 from gpubring.run.accelerate import Accelerator
 from gpubring.run.folder import environment
 from gpubring.run.settings import RunSettings
-from helpers import BIN, REPO, collection_env
+from helpers import BIN, REPO, collection_env, tasks_in
 
 SCANNED = ("roles", "playbooks", "molecule", "inventories")
 SUFFIXES = {".yml", ".yaml", ".j2"}
@@ -68,20 +68,12 @@ def test_runner_turns_injection_off(tmp_path: Path) -> None:
 def _cached_by_set_fact() -> dict[str, Path]:
     """The names a `set_fact` with `cacheable: true` keeps in the fact cache, and the file that sets each."""
     out: dict[str, Path] = {}
-
-    def walk(tasks: object, path: Path) -> None:
-        for task in tasks if isinstance(tasks, list) else []:
-            if not isinstance(task, dict):
-                continue
+    for path in sorted((REPO / "roles").rglob("tasks/*.yml")):
+        for task in tasks_in(yaml.safe_load(path.read_text(encoding="utf-8"))):
             for key in ("ansible.builtin.set_fact", "set_fact"):
                 args = task.get(key)
                 if isinstance(args, dict) and args.get("cacheable") is True:
                     out.update({name: path for name in args if name != "cacheable"})
-            for section in ("block", "rescue", "always"):
-                walk(task.get(section), path)
-
-    for path in sorted((REPO / "roles").rglob("tasks/*.yml")):
-        walk(yaml.safe_load(path.read_text(encoding="utf-8")), path)
     return out
 
 

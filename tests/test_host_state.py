@@ -31,7 +31,7 @@ import yaml
 from gpubring.run import hoststate
 from gpubring.run.settings import RunSettings
 from gpubring.runopts import RunOptions
-from helpers import BIN, REPO, collection_env
+from helpers import BIN, REPO, collection_env, tasks_in
 
 HOST_YML = REPO / "playbooks" / "host.yml"
 STATE_VARS = yaml.safe_load((REPO / "playbooks" / "vars" / "host_state.yml").read_text())
@@ -260,18 +260,6 @@ def _loop_paths(expression: str, variables: dict[str, Any]) -> list[str]:
     return found or ["*"]
 
 
-def _tasks(node: Any) -> list[dict[str, Any]]:
-    found = []
-    if isinstance(node, list):
-        for item in node:
-            found += _tasks(item)
-    elif isinstance(node, dict):
-        found.append(node)
-        for key in ("block", "rescue", "always"):
-            found += _tasks(node.get(key))
-    return found
-
-
 def _written_paths() -> list[tuple[str, str]]:
     written = []
     for role in HOST_ROLES:
@@ -279,7 +267,7 @@ def _written_paths() -> list[tuple[str, str]]:
         for path in sorted((REPO / "roles" / role).glob("*/*.yml")):
             if path.parent.name not in ("tasks", "handlers"):
                 continue
-            for task in _tasks(yaml.safe_load(path.read_text())):
+            for task in tasks_in(yaml.safe_load(path.read_text())):
                 for module, key in WRITERS.items():
                     args = task.get(module)
                     if isinstance(args, dict) and isinstance(args.get(key), str):

@@ -16,9 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -28,7 +26,7 @@ from typer.testing import CliRunner
 from gpubring import probe
 from gpubring.app import app
 from gpubring.inventory import load_inventory
-from helpers import BIN, REPO, ansible_playbook
+from helpers import BIN, REPO, ansible_playbook, tasks_in
 from sshd import KeyPair, Sshd, free_port, require_sshd
 
 ROLES = REPO / "roles"
@@ -71,18 +69,10 @@ ROCKY_FACTS = {
 # --------------------------------------------------------------------------- the scan
 
 
-def _tasks(items: Any) -> Iterator[dict[str, Any]]:
-    for task in items or []:
-        if isinstance(task, dict):
-            yield task
-            for key in ("block", "rescue", "always"):
-                yield from _tasks(task.get(key))
-
-
 def package_tasks(path: Path) -> list[str]:
     """`name (module)` of each task of a task file that uses a package module."""
     found = []
-    for task in _tasks(yaml.safe_load(path.read_text())):
+    for task in tasks_in(yaml.safe_load(path.read_text())):
         for key in task:
             if any(key == prefix + module for prefix in PREFIXES for module in PACKAGE_MODULES):
                 found.append(f"{task.get('name', '?')} ({key})")
