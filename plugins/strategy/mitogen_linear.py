@@ -70,21 +70,21 @@ def prepare_workers() -> int:
 @cache
 def load_jinja_plugins() -> int:
     """Load the filter and test plugins a task's templates can name, once, in this (the main) process:
-    ansible.builtin's (the first lookup of a filter or test loads all of its kind) and every filter of this
-    collection (a lookup of one imports each of its filter files and their module_utils). A worker that
-    renders a filter finds it loaded. Returns how many of this collection's filters were loaded."""
+    ansible.builtin's (the first lookup of a filter or test loads all of its kind) and this collection's
+    filter files (a worker's first lookup of one of its filters imports every file and its module_utils:
+    about 60 ms; with the files imported, a lookup takes about 1 ms, and Ansible keeps nothing of a
+    lookup to inherit, so this imports the files and looks nothing up). Returns how many of this
+    collection's filters the files define."""
     filter_loader.get("ansible.builtin.default")
     test_loader.get("ansible.builtin.version")
     package = import_module(f"ansible_collections.{COLLECTION}.plugins.filter")
-    names: list[str] = []
+    count = 0
     for info in pkgutil.iter_modules(package.__path__):
         try:
-            names.extend(import_module(f"{package.__name__}.{info.name}").FilterModule().filters())
+            count += len(import_module(f"{package.__name__}.{info.name}").FilterModule().filters())
         except Exception:  # left to the worker that names one of its filters: Ansible's loader reports it
             continue
-    for name in names:
-        filter_loader.get(f"{COLLECTION}.{name}")
-    return len(names)
+    return count
 
 
 class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
