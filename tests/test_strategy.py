@@ -158,12 +158,113 @@ def test_a_broken_filter_file_does_not_stop_the_run(tmp_path: Path) -> None:
     imported is left to the worker that names one of its filters (Ansible's loader warns and skips it), and
     every other filter of the collection still works."""
     collection = tmp_path / "ansible_collections" / "gpubring" / "core"
-    (collection / "plugins" / "strategy").mkdir(parents=True)
     (collection / "plugins" / "filter").mkdir(parents=True)
-    strategy = REPO / "plugins" / "strategy" / "mitogen_linear.py"
-    (collection / "plugins" / "strategy" / "mitogen_linear.py").write_text(strategy.read_text())
+    # the strategy, and what it imports
+    for used in ("strategy/mitogen_linear.py", "plugin_utils/jinja_cache.py"):
+        (collection / "plugins" / used).parent.mkdir(parents=True, exist_ok=True)
+        (collection / "plugins" / used).write_text((REPO / "plugins" / used).read_text())
     (collection / "plugins" / "filter" / "good.py").write_text(GOOD_FILTER)
     (collection / "plugins" / "filter" / "broken.py").write_text(BROKEN_FILTER)
     (tmp_path / "play.yml").write_text(SHOUT_PLAYBOOK)
     document = _playbook(tmp_path, GPUBRING_STRATEGY, {}, ANSIBLE_COLLECTIONS_PATH=str(tmp_path))
     assert document["plays"][0]["tasks"][0]["hosts"]["localhost"]["msg"] == "READY!"
+
+
+# Whether a template whose source holds a marker was compiled before, in this process or one it was
+# forked from: gpubring.core's compile cache (plugins/plugin_utils/jinja_cache.py) holds its code.
+COMPILED_FILTER = """
+from ansible_collections.gpubring.core.plugins.plugin_utils import jinja_cache
+
+
+class FilterModule:
+    def filters(self):
+        return {"compiled": lambda marker: any(marker in key[1] for key in jinja_cache._CODE)}
+"""
+
+# The same Jinja source rendered where Ansible compiles it differently: in a task's arguments (backslashes
+# escaped at compile time) and in a template file (not escaped), and in a file whose #jinja2: header
+# changes the delimiters. Each pass renders all of them; the second pass finds them compiled.
+OVERRIDES = "#jinja2:variable_start_string:'[%', variable_end_string:'%]'\n"
+SAME_SOURCE = "{{ 'a\\tb' }} [% greeting %] {{ greeting }}\n"
+CACHE_PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  vars:
+    greeting: hello
+    words: [one, two, three]
+  tasks:
+    - name: Nothing with the marker compiled yet
+      ansible.builtin.set_fact:
+        before: "{{ ['PROBE', '7f3'] | join('-') | compiled }}"
+    - name: Render the marker
+      ansible.builtin.debug:
+        msg: "{{ 'PROBE-7f3' | lower }}"
+    - name: The marker's template, compiled by the worker before, is in this worker
+      ansible.builtin.set_fact:
+        after: "{{ ['PROBE', '7f3'] | join('-') | compiled }}"
+    - name: Render each kind twice
+      ansible.builtin.include_tasks: renders.yml
+      loop: [1, 2]
+      loop_control:
+        loop_var: round
+    - name: What each round rendered
+      ansible.builtin.debug:
+        msg: "{{ {'before': before, 'after': after, 'rounds': rounds} | to_json }}"
+"""
+RENDERS = """
+- name: A task's arguments, each item
+  ansible.builtin.set_fact:
+    args_text: "{{ 'a\\\\tb' }} [% greeting %] {{ greeting }}\\n"
+    items_text: "{{ words | map('upper') | join(',') }}"
+    seen: "{{ (seen | default([])) + [item ~ '-' ~ greeting] }}"
+  loop: "{{ words }}"
+  when: "item is string and greeting | length == 5"
+- name: Template files
+  ansible.builtin.template:
+    src: "{{ playbook_dir }}/{{ item }}.j2"
+    dest: "{{ playbook_dir }}/{{ item }}-{{ round }}.txt"
+    mode: "0600"
+  loop: [plain, overridden]
+- name: Keep this round
+  ansible.builtin.set_fact:
+    rounds: "{{ (rounds | default([])) + [{'args': args_text, 'items': items_text, 'seen': seen,
+      'plain': lookup('file', playbook_dir ~ '/plain-' ~ round ~ '.txt', rstrip=false),
+      'overridden': lookup('file', playbook_dir ~ '/overridden-' ~ round ~ '.txt', rstrip=false)}] }}"
+    seen: []
+"""
+
+
+def _render_kinds(tmp_path: Path, strategy: str) -> dict[str, Any]:
+    (tmp_path / "filter_plugins").mkdir()
+    (tmp_path / "filter_plugins" / "compiled.py").write_text(COMPILED_FILTER)
+    (tmp_path / "play.yml").write_text(CACHE_PLAYBOOK)
+    (tmp_path / "renders.yml").write_text(RENDERS)
+    (tmp_path / "plain.j2").write_text(SAME_SOURCE)
+    (tmp_path / "overridden.j2").write_text(OVERRIDES + SAME_SOURCE)
+    (tmp_path / "tmp").mkdir()
+    plugins, temporary = str(tmp_path / "filter_plugins"), str(tmp_path / "tmp")
+    document = _playbook(tmp_path, strategy, {}, ANSIBLE_FILTER_PLUGINS=plugins, TMPDIR=temporary)
+    last = document["plays"][0]["tasks"][-1]["hosts"]["localhost"]
+    shown: dict[str, Any] = json.loads(last["msg"])
+    shown["left"] = sorted(path.name for path in (tmp_path / "tmp").iterdir())
+    return shown
+
+
+@pytest.mark.parametrize("strategy", [GPUBRING_STRATEGY, "linear"])
+def test_compiled_templates_render_as_ansible_renders_them(tmp_path: Path, strategy: str) -> None:
+    """The compile cache: what one worker compiled, a worker forked after it has, and every kind renders
+    what Ansible's own linear strategy renders, the second time (compiled before) as the first. The same
+    source compiled with other settings (a task's arguments escape backslashes, a template file does not;
+    a #jinja2: header changes the delimiters) is not taken for it. The cache's folder is gone after."""
+    shown = _render_kinds(tmp_path, strategy)
+    assert shown["before"] is False
+    assert shown["after"] is (strategy == GPUBRING_STRATEGY)  # linear: nothing is kept
+    expected = {
+        "args": "a\\tb [% greeting %] hello\n",  # a task's argument: the backslash is kept
+        "items": "ONE,TWO,THREE",
+        "seen": ["one-hello", "two-hello", "three-hello"],
+        "plain": "a\tb [% greeting %] hello\n",  # the same source in a template file: Jinja reads \t as a tab
+        "overridden": "{{ 'a\\tb' }} hello {{ greeting }}\n",  # the same body under the header's delimiters
+    }
+    assert shown["rounds"] == [expected, expected]
+    assert shown["left"] == []  # ansible-playbook's own temporary folders and the cache's are removed

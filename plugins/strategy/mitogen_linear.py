@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: mitogen_linear
-short_description: Mitogen's linear strategy, with the collections listed and the filters loaded before the workers fork
+short_description: Mitogen's linear strategy, with the collections, filters and compiled templates loaded before the workers fork
 description:
   - Runs every play as Mitogen's C(mitogen_linear) strategy does (Ansible's C(linear) with Mitogen's
     connections), and before the first play of the process lists the installed collections once in the
@@ -25,6 +25,11 @@ description:
     filter of a collection imports each of that collection's filter files and their module_utils): about
     40-90 ms of a worker's CPU for a task that names one, before it renders anything (gpubring's fleet
     profile, docs/fleet.md)."
+  - "And it keeps the compiled code of every Jinja template for the rest of the run
+    (C(plugins/plugin_utils/jinja_cache.py)): ansible-core 2.19 compiles a template each time it renders
+    one, in a fresh worker for each task and host. A worker's compilations are merged into the main
+    process before it forks the next worker, so the hosts after the first workers of a task, and later
+    tasks that read the same variables, find them compiled. The rendering is Ansible's own."
   - Needs Mitogen (C(pip install 'gpubring[accel]')). C(gpubring up) chooses this strategy whenever it
     would use Mitogen's (C(cli/gpubring/run/strategy.py)), and Ansible's C(linear) otherwise.
 author: gpubring maintainers (!UNKNOWN)
@@ -39,6 +44,7 @@ from ansible.collections.list import list_collection_dirs  # noqa: E402
 from ansible.errors import AnsibleError  # noqa: E402
 from ansible.plugins.loader import filter_loader, test_loader  # noqa: E402
 from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy  # noqa: E402
+from ansible_collections.gpubring.core.plugins.plugin_utils import jinja_cache  # noqa: E402
 
 try:
     from ansible_mitogen.strategy import StrategyMixin
@@ -91,4 +97,9 @@ class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
     def run(self, iterator: Any, play_context: Any, *args: Any, **kwargs: Any) -> Any:
         prepare_workers()
         load_jinja_plugins()
+        jinja_cache.install()
         return super().run(iterator, play_context, *args, **kwargs)
+
+    def _queue_task(self, host: Any, task: Any, task_vars: Any, play_context: Any) -> Any:
+        jinja_cache.merge()  # what the workers before this one compiled, for this one to inherit
+        return super()._queue_task(host, task, task_vars, play_context)
