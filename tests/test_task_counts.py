@@ -24,6 +24,9 @@ set_fact, its two refusals and the display of its checks one assert).
 
 from __future__ import annotations
 
+import ast
+import fnmatch
+import importlib
 import json
 import re
 import subprocess
@@ -34,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import REPO, ansible_playbook_json, collection_env
+from helpers import REPO, ansible_playbook_json, collection_env, tasks_in
 
 PLAYBOOKS = REPO / "playbooks"
 FACTS_ONCE = PLAYBOOKS / "tasks" / "facts_once.yml"
@@ -159,7 +162,14 @@ def test_a_run_of_several_plays_reads_the_facts_once_and_fresh(tmp_path: Path) -
     check = {
         "name": "The facts are there",
         "ansible.builtin.assert": {
-            "that": ["ansible_facts.os_family | length > 0", "ansible_facts.date_time | length > 0"]
+            "that": [
+                "ansible_facts.os_family | length > 0",
+                "ansible_facts.memtotal_mb | int > 0",
+                "ansible_facts.processor_vcpus | int > 0",
+                # only what gpubring reads: no mounts, block devices, interfaces or environment
+                "ansible_facts.mounts is not defined and ansible_facts.devices is not defined",
+                "ansible_facts.interfaces is not defined and ansible_facts.env is not defined",
+            ]
         },
     }
     playbook = tmp_path / "plays.yml"
@@ -175,6 +185,76 @@ def test_a_run_of_several_plays_reads_the_facts_once_and_fresh(tmp_path: Path) -
     assert any(cache.iterdir()), "the run wrote no fact cache (the second run proves nothing)"
     second = _run_json(playbook, cache)
     assert _facts_reads(second) == ["read", "skipped", "skipped"]
+
+
+def _module_facts(action: str) -> set[str]:
+    """The facts a module returns (its RETURN's ansible_facts: the keys it contains, else its sample's), for
+    gpubring.core's modules and ansible.builtin's; empty for any other action."""
+    short = action.rsplit(".", 1)[-1]
+    if action.startswith("gpubring.core."):
+        path = REPO / "plugins" / "modules" / f"{short}.py"
+        if not path.is_file():
+            return set()
+        assigned = {
+            node.targets[0].id: node.value.value
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+        }  # fmt: skip
+        doc = assigned.get("RETURN")
+    elif action.startswith("ansible.builtin."):
+        try:
+            doc = getattr(importlib.import_module(f"ansible.modules.{short}"), "RETURN", None)
+        except ImportError:
+            return set()
+    else:
+        return set()
+    facts = (yaml.safe_load(doc) or {}).get("ansible_facts") if isinstance(doc, str) else None
+    if not isinstance(facts, dict):
+        return set()
+    sample = facts.get("sample")
+    return set(facts.get("contains") or (sample if isinstance(sample, dict) else {}))
+
+
+def _facts_set_by_gpubring() -> set[str]:
+    """The facts gpubring's own tasks set: set_fact's names, and what the modules its tasks call return."""
+    names: set[str] = set()
+    files = [*REPO.glob("roles/*/tasks/**/*.yml"), *PLAYBOOKS.rglob("*.yml")]
+    for path in files:
+        document = yaml.safe_load(path.read_text())
+        sections = [document]
+        if path.parent == PLAYBOOKS and isinstance(document, list):  # plays: their task lists
+            sections = [play.get(k) for play in document for k in ("pre_tasks", "tasks", "post_tasks")]
+        for task in (t for section in sections for t in tasks_in(section)):
+            for key, value in task.items():
+                if key == "ansible.builtin.set_fact" and isinstance(value, dict):
+                    names.update(k for k in value if k != "cacheable")
+                elif "." in key:
+                    names.update(_module_facts(key))
+    return names
+
+
+def test_every_fact_gpubring_reads_is_read_by_facts_once() -> None:
+    """facts_once.yml keeps only the facts gpubring reads (its filter): every ansible_facts name a role,
+    a playbook or a plugin reads is one of them, or set by one of gpubring's tasks (set_fact, gpu_facts,
+    package_facts ...). A fact read through a variable holding a host's facts is not seen here; each of
+    those (hostname, default_ipv4, the distribution) is also read directly."""
+    kept = yaml.safe_load(FACTS_ONCE.read_text())[0]["ansible.builtin.setup"]["filter"]
+    read: dict[str, set[str]] = {}
+    for path in [*REPO.glob("roles/**/*"), *PLAYBOOKS.rglob("*"), *(REPO / "plugins").rglob("*")]:
+        if path.suffix not in {".yml", ".j2", ".py"} or not path.is_file():
+            continue
+        for name in re.findall(r"ansible_facts(?:\.|\[['\"])(\w+)", path.read_text()):
+            read.setdefault(name, set()).add(str(path.relative_to(REPO)))
+    assert {"os_family", "default_ipv4", "gpubring_gpu_facts"} <= set(read)  # the scan sees the reads
+    own = _facts_set_by_gpubring()
+    assert {"gpubring_gpu_facts", "packages", "__verify_gpu_host"} <= own  # ... and the facts set
+    missing = {
+        name: sorted(where)
+        for name, where in read.items()
+        if name not in own and not any(fnmatch.fnmatch(f"ansible_{name}", pattern) for pattern in kept)
+    }
+    assert missing == {}, f"facts read but not in {FACTS_ONCE.name}'s filter: {missing}"
 
 
 def test_facts_once_is_a_plain_tasks_file() -> None:
