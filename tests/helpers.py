@@ -117,6 +117,37 @@ def ansible_playbook_json(inventory: str | Path, playbook: Path) -> subprocess.C
     )  # fmt: skip
 
 
+def cache_facts(inventory_root: Path, hosts: Mapping[str, Mapping[str, Any]]) -> None:
+    """Facts in the inventory's fact cache as a run leaves them: ansible-playbook with gpubring's cache
+    settings (jsonfile in <inventory>/.gpubring/facts, gpubring.run.folder) sets each host's facts (a
+    cacheable set_fact, run on this machine under the host's name)."""
+    from gpubring.factcache import FACTS_FOLDER
+
+    work = inventory_root / ".cache-facts"
+    work.mkdir(exist_ok=True)
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {
+        "all": {"hosts": {name: {**local, "cached_facts": dict(facts)} for name, facts in hosts.items()}}
+    }
+    names = sorted({name for facts in hosts.values() for name in facts})
+    setting = {"cacheable": True, **{name: "{{ cached_facts['" + name + "'] }}" for name in names}}
+    task = {"name": "Cache the host's facts", "ansible.builtin.set_fact": setting}
+    (work / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    (work / "play.yml").write_text(yaml.safe_dump([{"hosts": "all", "gather_facts": False, "tasks": [task]}]))
+    env = collection_env(
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_CACHE_PLUGIN="jsonfile",
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(inventory_root / FACTS_FOLDER),
+        ANSIBLE_CACHE_PLUGIN_TIMEOUT="0",
+        ANSIBLE_NOCOLOR="1",
+    )
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", str(work / "hosts.yml"), str(work / "play.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
 def folded(raw_events: Sequence[Mapping[str, Any]]) -> Any:
     """A run's state (gpubring.events.RunState) after every event of a recorded stream, as the runner
     folds them."""

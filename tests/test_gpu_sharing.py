@@ -28,7 +28,7 @@ from gpubring.app import app
 from gpubring.inventory import load_inventory
 from gpubring.releases import host_variables, role_releases
 from gpubring.validation.checks.gpu_sharing import named_config_profile, sharing_notes
-from helpers import BIN, FIXTURES, REPO, inventory_problems
+from helpers import BIN, FIXTURES, REPO, cache_facts, inventory_problems
 
 HOSTS = """\
 all:
@@ -374,9 +374,7 @@ def test_a_mig_profile_the_gpu_lacks_is_refused_once_gpu_facts_saw_it(
     1g.10gb layout (an 80GB part's) is refused there, the H200's own 1g.18gb is not."""
     root = sharing_inventory(SHARING)
     facts = json.loads((FIXTURES / "gpu-device/h200-1x-580.159.04-device.json").read_text())["ansible_facts"]
-    cache = root / ".gpubring" / "facts"
-    cache.mkdir(parents=True)
-    (cache / "gpu-1").write_text(json.dumps(facts), encoding="utf-8")
+    cache_facts(root, {"gpu-1": facts})  # as a run caches them
     [problem] = _problems(root)
     assert problem.startswith(
         f"{FILE}: gpu_operator_sharing.gpu_train.mig.config: expected a MIG profile of gpu-1's GPU "

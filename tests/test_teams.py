@@ -8,7 +8,6 @@ than one key, the GPUs of the cluster) names the file and the key, before any ho
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -21,7 +20,7 @@ from _render import schema_version, without_nulls
 from gpubring.inventory import InventoryError, load_inventory
 from gpubring.model import Inventory
 from gpubring.releases import Release, plan_releases
-from helpers import REPO, inventory_problems
+from helpers import REPO, cache_facts, inventory_problems
 
 FILE = "group_vars/all/teams.yml"
 # Two teams with different quotas: team-a borrows up to 8 GPUs and sits behind a default-deny
@@ -250,9 +249,7 @@ def test_quotas_over_the_clusters_gpus_are_refused_unless_meant(make_inventory: 
 def test_gpu_facts_count_a_node_it_has_seen(make_inventory: Callable[..., Path]) -> None:
     """A node gpu_facts has seen counts what it found (4), the others gpubring_node_gpus: 28 < 24 + 5."""
     root = make_inventory({FILE: TEAMS + "  - name: extra\n    quota: {gpu: 5}\n"})
-    facts = root / ".gpubring" / "facts"
-    facts.mkdir(parents=True)
-    (facts / "gpu-1").write_text(json.dumps({"gpubring_gpu_facts": {"gpu_count": 4}}), encoding="utf-8")
+    cache_facts(root, {"gpu-1": {"gpubring_gpu_facts": {"gpu_count": 4}}})  # as a run caches them
     with pytest.raises(InventoryError) as err:
         load_inventory(root)
     (problem,) = [str(p) for p in err.value.problems]

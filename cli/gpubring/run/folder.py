@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from gpubring import paths, runstore
+from gpubring import factcache, paths, runstore
 from gpubring.events import (
     PhasePlay,
 )
@@ -142,7 +142,7 @@ def cmdline(settings: RunSettings, folder: Path) -> str:
 
 def facts_dir(inventory_root: Path) -> Path:
     """The inventory's fact cache, `<inventory>/.gpubring/facts` (0700)."""
-    folder = inventory_root.resolve() / ".gpubring" / "facts"
+    folder = inventory_root.resolve() / factcache.FACTS_FOLDER
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     return folder
 

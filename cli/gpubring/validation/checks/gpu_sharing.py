@@ -18,7 +18,7 @@ rename}}`. Refused, each with the file and key:
   ones (a custom mig-parted ConfigMap replaces the operator's default-mig-parted-config:
   controllers/object_controls.go at v26.7.0, GetConfigMapName), and a MIG profile the group's GPU
   does not have, when gpu_facts has seen the group's GPUs (the inventory's fact cache,
-  .gpubring/facts/<host>, written by a run) and MIG_PROFILES knows their PCI device id;
+  gpubring.factcache, written by a run) and MIG_PROFILES knows their PCI device id;
 - time-sliced MIG resources a group's nodes never advertise (nvidia.com/mig-* with the single
   strategy; a profile outside the group's layout with mixed);
 - any sharing while NVIDIA's DRA driver hands out the GPUs (the device plugin is off), and a group
@@ -29,11 +29,11 @@ rename}}`. Refused, each with the file and key:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from gpubring import factcache
 from gpubring.validation import specs
 from gpubring.validation.crosshost import register_validator
 from gpubring.yamlfile import Problem, did_you_mean
@@ -84,12 +84,8 @@ def named_config_profile(name: str) -> str | None:
 
 def _cached_device_ids(inv: Inventory, host: str) -> set[str]:
     """PCI device ids of the host's GPUs in the inventory's fact cache (empty when never gathered)."""
-    path = inv.root / ".gpubring" / "facts" / host
-    try:
-        facts = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    if not isinstance(facts, Mapping):
+    facts = factcache.host_facts(inv.root, host)
+    if facts is None:
         return set()
     gpu = facts.get("gpubring_gpu_facts") or facts.get("ansible_facts", {}).get("gpubring_gpu_facts") or {}
     ids = set()

@@ -14,18 +14,17 @@ Security level one of three, no two teams of one name). Here, what needs more th
   parent of the teams (schedulers_kai_teams_parent), and Volcano's own `default` and `root` queues;
 - the teams' GPU quotas add up to at most the cluster's GPUs, unless gpubring_teams_oversubscribe
   says the quotas are meant as shares: each GPU node counts what gpu_facts found (the inventory's
-  fact cache, .gpubring/facts/<host>) or else gpubring_node_gpus (cluster-wide, default 8: an HGX
+  fact cache, gpubring.factcache) or else gpubring_node_gpus (cluster-wide, default 8: an HGX
   node).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpubring import formats
+from gpubring import factcache, formats
 from gpubring.validation import specs
 from gpubring.validation.crosshost import register_validator
 from gpubring.yamlfile import Problem
@@ -59,9 +58,8 @@ def namespace_of(team: Mapping[str, Any]) -> str:
 def _fact_gpus(inv: Inventory, host: str) -> int | None:
     """The GPU count gpu_facts recorded for `host` in the inventory's fact cache, if any."""
     try:
-        data = json.loads((inv.root / ".gpubring" / "facts" / host).read_text(encoding="utf-8"))
-        count = data["gpubring_gpu_facts"]["gpu_count"]
-    except (OSError, ValueError, KeyError, TypeError):
+        count = (factcache.host_facts(inv.root, host) or {})["gpubring_gpu_facts"]["gpu_count"]
+    except (KeyError, TypeError):
         return None
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
