@@ -268,3 +268,48 @@ def test_compiled_templates_render_as_ansible_renders_them(tmp_path: Path, strat
     }
     assert shown["rounds"] == [expected, expected]
     assert shown["left"] == []  # ansible-playbook's own temporary folders and the cache's are removed
+
+
+MERGE_SCRIPT = """
+import json, marshal, os, sys
+from helpers import collection_module
+cache = collection_module("plugin_utils.jinja_cache")
+assert cache.install()
+from ansible._internal._templating._jinja_bits import AnsibleEnvironment
+folder = cache._STATE["dir"]
+child = os.fork()
+if child == 0:  # a worker: compiles, and writes what it compiled when its task ends
+    AnsibleEnvironment().from_string("{{ 'from the worker' | upper }}")
+    cache.write()
+    os._exit(0)
+os.waitpid(child, 0)
+def blob(keys, codes):
+    head = marshal.dumps(keys)
+    return len(head).to_bytes(8, "big") + head + marshal.dumps(codes)
+junk = {
+    "random.code": os.urandom(64), "short.code": b"\\x00\\x01", "empty.code": b"",
+    "number.code": blob(5, []), "unhashable.code": blob([[1]], [1]), "uneven.code": blob([("k",)], []),
+    "not-code.code": blob([("k",)], ["not code"]), ".x.part": b"half written",
+}
+for name, data in junk.items():
+    with open(os.path.join(folder, name), "wb") as stream:
+        stream.write(data)
+added = cache.merge()
+sources = [key[1] for key in cache._CODE]
+print(json.dumps({"added": added, "sources": sources, "left": sorted(os.listdir(folder))}))
+"""
+
+
+def test_the_main_process_merges_what_a_worker_compiled_and_nothing_else(tmp_path: Path) -> None:
+    """A forked worker's compilations reach the main process; files that are not what a worker writes
+    (garbage, cut short, wrong shapes) are dropped without an error in the main process, and a file still
+    being written (.part) is left to its writer."""
+    proc = subprocess.run(
+        [sys.executable, "-c", MERGE_SCRIPT], cwd=REPO / "tests", env=collection_env(TMPDIR=str(tmp_path)),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = json.loads(proc.stdout.splitlines()[-1])
+    assert shown["added"] == 1
+    assert shown["sources"] == ["{{ 'from the worker' | upper }}"]
+    assert shown["left"] == [".x.part"]

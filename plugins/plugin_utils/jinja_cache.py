@@ -150,13 +150,14 @@ def write() -> None:
     folder = _STATE["dir"]
     if not _NEW or folder is None or os.getpid() == _STATE["main"]:
         return
-    items = list(_NEW.items())
+    keys, codes = list(_NEW), list(_NEW.values())
     _NEW.clear()
+    head = marshal.dumps(keys)
     try:
         handle, temporary = tempfile.mkstemp(dir=folder, prefix=".", suffix=".part")
-        with os.fdopen(handle, "wb") as stream:
-            marshal.dump(items, stream)
-        os.rename(temporary, os.path.join(folder, f"{os.getpid()}-{id(items)}.code"))
+        with os.fdopen(handle, "wb") as stream:  # the keys first: the main process skips known ones' code
+            stream.write(len(head).to_bytes(8, "big") + head + marshal.dumps(codes))
+        os.rename(temporary, os.path.join(folder, f"{os.getpid()}-{id(keys)}.code"))
     except (OSError, ValueError):  # the main process has ended, or the disk is full: the cache is an aid only
         return
 
@@ -175,11 +176,17 @@ def merge() -> int:
     for entry in entries:
         try:
             with open(entry.path, "rb") as stream:
-                items = marshal.load(stream)
+                data = stream.read()
             os.unlink(entry.path)
-        except (OSError, EOFError, ValueError, TypeError):
+            size = int.from_bytes(data[:8], "big")
+            keys = marshal.loads(data[8 : 8 + size])
+            if all(key in _CODE for key in keys):  # what the workers forked alongside compiled too
+                continue
+            codes = marshal.loads(data[8 + size :])
+            pairs = list(zip(keys, codes, strict=True))
+        except (OSError, EOFError, ValueError, TypeError):  # not what write() writes: left out
             continue
-        for key, code in items:
+        for key, code in pairs:
             if key not in _CODE and isinstance(code, CodeType) and len(_CODE) < LIMIT:
                 _CODE[key] = code
                 added += 1
