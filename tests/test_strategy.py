@@ -313,3 +313,43 @@ def test_the_main_process_merges_what_a_worker_compiled_and_nothing_else(tmp_pat
     assert shown["added"] == 1
     assert shown["sources"] == ["{{ 'from the worker' | upper }}"]
     assert shown["left"] == [".x.part"]
+
+
+WAIT_SCRIPT = """
+import json, multiprocessing, time
+from helpers import collection_module
+strategy = collection_module("strategy.mitogen_linear")
+
+class Counted(multiprocessing.get_context("fork").Process):
+    checks = 0
+    def is_alive(self):
+        Counted.checks += 1
+        return super().is_alive()
+
+workers = [Counted(target=time.sleep, args=(delay,)) for delay in (30, 0.2, 30)]
+for worker in workers:
+    worker.start()
+strategy.wait_for_a_free_worker(workers)
+alive = [worker.is_alive() for worker in workers]
+checks = Counted.checks
+strategy.wait_for_a_free_worker([None, *workers])  # an empty slot: no wait
+for worker in workers:
+    worker.terminate()
+    worker.join()
+print(json.dumps({"alive": alive, "checks": checks, "after": Counted.checks - checks}))
+"""
+
+
+def test_a_full_worker_list_is_waited_on_not_polled() -> None:
+    """With every slot busy, the main process sleeps until a worker ends (the 0.2 s one here) and looks
+    at the workers a few times, where Ansible's loop looks at each every 0.1 ms (thousands of times in
+    0.2 s). The bound allows 100 wakes (5 s: a slow start of the worker on a loaded machine)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", WAIT_SCRIPT], cwd=REPO / "tests", env=collection_env(),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = json.loads(proc.stdout.splitlines()[-1])
+    assert shown["alive"] == [True, False, True]
+    assert 3 <= shown["checks"] <= 3 * 100  # one look per worker each time it wakes (0.05 s at most asleep)
+    assert shown["after"] == 0  # an empty slot: it returns without a look
