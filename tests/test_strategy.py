@@ -243,7 +243,9 @@ def _render_kinds(tmp_path: Path, strategy: str) -> dict[str, Any]:
     (tmp_path / "overridden.j2").write_text(OVERRIDES + SAME_SOURCE)
     (tmp_path / "tmp").mkdir()
     plugins, temporary = str(tmp_path / "filter_plugins"), str(tmp_path / "tmp")
-    document = _playbook(tmp_path, strategy, {}, ANSIBLE_FILTER_PLUGINS=plugins, TMPDIR=temporary)
+    document = _playbook(
+        tmp_path, strategy, {}, ANSIBLE_FILTER_PLUGINS=plugins, TMPDIR=temporary, ANSIBLE_LOCAL_TEMP=temporary
+    )
     last = document["plays"][0]["tasks"][-1]["hosts"]["localhost"]
     shown: dict[str, Any] = json.loads(last["msg"])
     shown["left"] = sorted(path.name for path in (tmp_path / "tmp").iterdir())
@@ -296,7 +298,8 @@ for name, data in junk.items():
         stream.write(data)
 added = cache.merge()
 sources = [key[1] for key in cache._CODE]
-print(json.dumps({"added": added, "sources": sources, "left": sorted(os.listdir(folder))}))
+where = os.path.basename(os.path.dirname(folder))  # Ansible's local temporary folder of the process
+print(json.dumps({"added": added, "sources": sources, "left": sorted(os.listdir(folder)), "in": where}))
 """
 
 
@@ -313,6 +316,7 @@ def test_the_main_process_merges_what_a_worker_compiled_and_nothing_else(tmp_pat
     assert shown["added"] == 1
     assert shown["sources"] == ["{{ 'from the worker' | upper }}"]
     assert shown["left"] == [".x.part"]
+    assert shown["in"].startswith("ansible-local-")  # removed by Ansible when the process ends
 
 
 WAIT_SCRIPT = """

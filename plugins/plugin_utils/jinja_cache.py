@@ -11,7 +11,8 @@ a dictionary of the process, so that:
 
 - a worker compiles a template it renders many times (a loop's items, a variable read by many keys) once;
 - the main process's own compilations are inherited by every worker it forks;
-- a worker writes what it compiled into a private directory of the main process when its task ends,
+- a worker writes what it compiled into a private folder of the main process (in Ansible's local
+  temporary folder of the process) when its task ends,
   and the main process merges it before it forks the next worker, so a template the first workers
   compiled is not compiled again by the hosts after them, nor by a later task that reads the same
   variable.
@@ -31,15 +32,15 @@ each fork. It uses ansible-core's private templating classes: if they are not wh
 
 from __future__ import annotations
 
-import atexit
 import marshal
 import os
-import shutil
 import tempfile
 import threading
 from collections.abc import Callable
 from types import CodeType
 from typing import Any
+
+from ansible import constants as C
 
 try:
     from ansible._internal._templating import _jinja_bits
@@ -193,11 +194,6 @@ def merge() -> int:
     return added
 
 
-def _remove(folder: str, owner: int) -> None:
-    if os.getpid() == owner:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def install() -> bool:
     """Install the cache in this process (the main one), once. Returns whether it is installed."""
     if _STATE["installed"]:
@@ -210,9 +206,11 @@ def install() -> bool:
         return False
     if not hasattr(environment, "_debuggable_template_source"):
         return False
-    folder = tempfile.mkdtemp(prefix="gpubring-jinja-")  # 0700: only this user reads what workers wrote
+    # 0700, in this process's own local temporary folder (ansible-local-<pid>..., under ANSIBLE_LOCAL_TEMP):
+    # only this user reads what the workers wrote, and Ansible removes it when the process ends, as
+    # gpubring removes a cancelled run's ANSIBLE_LOCAL_TEMP when the process was killed.
+    folder = tempfile.mkdtemp(prefix="gpubring-jinja-", dir=C.DEFAULT_LOCAL_TMP)
     _STATE.update(dir=folder, main=os.getpid(), installed=True)
-    atexit.register(_remove, folder, os.getpid())
     environment.compile = _wrap_compile(environment.compile)
     environment.compile_expression = _wrap_compile_expression(environment.compile_expression)
     TaskExecutor.run = _wrap_task_run(TaskExecutor.run)
