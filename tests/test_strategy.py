@@ -272,6 +272,19 @@ def test_compiled_templates_render_as_ansible_renders_them(tmp_path: Path, strat
     assert shown["left"] == []  # ansible-playbook's own temporary folders and the cache's are removed
 
 
+def _script_shows(script: str, tmp_path: Path) -> dict[str, Any]:
+    """A Python script run from tests/ with the collection importable and Ansible's local temporary
+    folder in tmp_path: the JSON document its last line prints."""
+    env = collection_env(ANSIBLE_LOCAL_TEMP=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO / "tests", env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return shown
+
+
 MERGE_SCRIPT = """
 import json, marshal, os, sys
 from helpers import collection_module
@@ -307,12 +320,7 @@ def test_the_main_process_merges_what_a_worker_compiled_and_nothing_else(tmp_pat
     """A forked worker's compilations reach the main process; files that are not what a worker writes
     (garbage, cut short, wrong shapes) are dropped without an error in the main process, and a file still
     being written (.part) is left to its writer."""
-    proc = subprocess.run(
-        [sys.executable, "-c", MERGE_SCRIPT], cwd=REPO / "tests", env=collection_env(TMPDIR=str(tmp_path)),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shown = json.loads(proc.stdout.splitlines()[-1])
+    shown = _script_shows(MERGE_SCRIPT, tmp_path)
     assert shown["added"] == 1
     assert shown["sources"] == ["{{ 'from the worker' | upper }}"]
     assert shown["left"] == [".x.part"]
@@ -344,16 +352,11 @@ print(json.dumps({"alive": alive, "checks": checks, "after": Counted.checks - ch
 """
 
 
-def test_a_full_worker_list_is_waited_on_not_polled() -> None:
+def test_a_full_worker_list_is_waited_on_not_polled(tmp_path: Path) -> None:
     """With every slot busy, the main process sleeps until a worker ends (the 0.2 s one here) and looks
     at the workers a few times, where Ansible's loop looks at each every 0.1 ms (thousands of times in
     0.2 s). The bound allows 100 wakes (5 s: a slow start of the worker on a loaded machine)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", WAIT_SCRIPT], cwd=REPO / "tests", env=collection_env(),
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shown = json.loads(proc.stdout.splitlines()[-1])
+    shown = _script_shows(WAIT_SCRIPT, tmp_path)
     assert shown["alive"] == [True, False, True]
     assert 3 <= shown["checks"] <= 3 * 100  # one look per worker each time it wakes (0.05 s at most asleep)
     assert shown["after"] == 0  # an empty slot: it returns without a look
