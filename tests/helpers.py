@@ -73,6 +73,15 @@ def tasks_in(node: Any) -> Iterator[dict[str, Any]]:
             yield from tasks_in(node.get(key))
 
 
+def set_fact_args(task: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The arguments of a task that is a set_fact (its FQCN or short key), else None."""
+    for key in ("ansible.builtin.set_fact", "set_fact"):
+        args = task.get(key)
+        if isinstance(args, dict):
+            return args
+    return None
+
+
 def collection_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
     """`base` (the process environment by default) with the gpubring.core collection on
     ANSIBLE_COLLECTIONS_PATH, then `extra`."""

@@ -15,7 +15,7 @@ import yaml
 from gpubring.run.accelerate import Accelerator
 from gpubring.run.folder import environment
 from gpubring.run.settings import RunSettings
-from helpers import BIN, REPO, collection_env, tasks_in
+from helpers import BIN, REPO, collection_env, set_fact_args, tasks_in
 
 SCANNED = ("roles", "playbooks", "molecule", "inventories")
 SUFFIXES = {".yml", ".yaml", ".j2"}
@@ -74,10 +74,9 @@ def _cached_by_set_fact() -> dict[str, Path]:
     out: dict[str, Path] = {}
     for path in sorted((REPO / "roles").rglob("tasks/*.yml")):
         for task in tasks_in(yaml.safe_load(path.read_text(encoding="utf-8"))):
-            for key in ("ansible.builtin.set_fact", "set_fact"):
-                args = task.get(key)
-                if isinstance(args, dict) and args.get("cacheable") is True:
-                    out.update({name: path for name in args if name != "cacheable"})
+            args = set_fact_args(task)
+            if args is not None and args.get("cacheable") is True:
+                out.update({name: path for name in args if name != "cacheable"})
     return out
 
 

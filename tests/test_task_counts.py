@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import REPO, ansible_playbook_json, collection_env, tasks_in
+from helpers import REPO, ansible_playbook_json, collection_env, set_fact_args, tasks_in
 
 PLAYBOOKS = REPO / "playbooks"
 FACTS_ONCE = PLAYBOOKS / "tasks" / "facts_once.yml"
@@ -226,11 +226,11 @@ def _facts_set_by_gpubring() -> set[str]:
         if path.parent == PLAYBOOKS and isinstance(document, list):  # plays: their task lists
             sections = [play.get(k) for play in document for k in ("pre_tasks", "tasks", "post_tasks")]
         for task in (t for section in sections for t in tasks_in(section)):
-            for key, value in task.items():
-                if key == "ansible.builtin.set_fact" and isinstance(value, dict):
-                    names.update(k for k in value if k != "cacheable")
-                elif "." in key:
-                    names.update(_module_facts(key))
+            args = set_fact_args(task)
+            if args is not None:
+                names.update(k for k in args if k != "cacheable")
+            else:
+                names.update(n for key in task if "." in key for n in _module_facts(key))
     return names
 
 
