@@ -5,6 +5,7 @@ collection's own modules run through it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -367,3 +368,28 @@ def test_a_full_worker_list_is_waited_on_not_polled(tmp_path: Path) -> None:
     wakes = shown["waited"] / 0.05 + 3
     assert 3 <= shown["checks"] <= 3 * wakes, shown
     assert shown["after"] == 0  # an empty slot: it returns without a look
+
+
+AFFINITY_SCRIPT = """
+import json, os
+import ansible_mitogen.affinity
+from helpers import collection_module
+strategy = collection_module("strategy.mitogen_linear")
+before = sorted(os.sched_getaffinity(0))
+strategy.release_cpus()
+ansible_mitogen.affinity.policy.assign_controller()
+ansible_mitogen.affinity.policy.assign_worker()
+ansible_mitogen.affinity.policy.assign_muxprocess(0)
+print(json.dumps({"before": before, "after": sorted(os.sched_getaffinity(0))}))
+"""
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="Mitogen pins nothing on one CPU")
+def test_the_controller_processes_are_not_pinned_to_cpus(tmp_path: Path) -> None:
+    """Mitogen pins the main process and every worker to one CPU on a 2-3 CPU controller, and every
+    ansible-playbook process (each shard) pins its main process to the same CPU. With the strategy's
+    release_cpus(), what Mitogen assigns to the main process, a worker and a multiplexer leaves each
+    free to run on every CPU it had (checked to fail with Mitogen's own policy: one CPU after)."""
+    shown = _script_shows(AFFINITY_SCRIPT, tmp_path)
+    assert len(shown["before"]) >= 2
+    assert shown["after"] == shown["before"]

@@ -32,6 +32,13 @@ description:
     tasks that read the same variables, find them compiled. The rendering is Ansible's own."
   - "With more hosts than forks, it waits for a worker to end by sleeping on the workers' process
     sentinels, where Ansible's own loop polls every worker each 0.1 ms and keeps a core busy."
+  - "It leaves the controller's processes to the kernel's scheduler. Mitogen pins them to CPUs
+    (C(ansible_mitogen/affinity.py), Mitogen 0.3.x): the connection multiplexer to CPU 0, the main
+    process to CPU 1, and the workers from CPU 2 on; on a controller with fewer than 4 CPUs the main
+    process and every worker share the CPUs after the first. Each ansible-playbook process pins the same
+    way, so the shards of a sharded run put every main process on CPU 1 and every multiplexer on CPU 0;
+    on a 2-CPU controller one CPU ran all the controller's Ansible work (gpubring's fleet measurements,
+    docs/fleet.md)."
   - Needs Mitogen (C(pip install 'gpubring[accel]')). C(gpubring up) chooses this strategy whenever it
     would use Mitogen's (C(cli/gpubring/run/strategy.py)), and Ansible's C(linear) otherwise.
 author: gpubring maintainers (!UNKNOWN)
@@ -51,6 +58,7 @@ from ansible.plugins.strategy.linear import StrategyModule as LinearStrategy  # 
 from ansible_collections.gpubring.core.plugins.plugin_utils import jinja_cache  # noqa: E402
 
 try:
+    import ansible_mitogen.affinity
     from ansible_mitogen.strategy import StrategyMixin
 except ImportError as error:  # Mitogen is an optional extra of gpubring
     MITOGEN_ERROR: ImportError | None = error
@@ -97,23 +105,33 @@ def load_jinja_plugins() -> int:
     return count
 
 
+def release_cpus() -> None:
+    """Turn Mitogen's CPU pinning off in this process before Mitogen sets it up (the first play's run):
+    its base Policy assigns nothing, and the workers forked after inherit it (module docstring)."""
+    ansible_mitogen.affinity.policy = ansible_mitogen.affinity.Policy()
+
+
 def wait_for_a_free_worker(workers: Sequence[Any], timeout: float = 0.05) -> None:
     """Return when a worker slot is free: empty, or its process ended. Ansible's _queue_task, when every
     slot is busy, polls each worker's is_alive() every 0.1 ms until one ends (ansible/plugins/strategy/
     __init__.py, v2.19.14): with more hosts than forks, that kept the main process busy on a core the
     workers need. This sleeps on the workers' sentinels instead, waking when one ends (or after
-    `timeout`, to look again)."""
+    `timeout`, to look again). A worker's sentinel is ready once it has closed its files, a moment before
+    the kernel lets it be reaped; that worker is joined (waitpid) rather than looked at again at once,
+    which spun hundreds of times on a loaded machine."""
     while True:
-        sentinels = []
+        busy = {}
         for worker in workers:
             if worker is None or not worker.is_alive():
                 return
-            sentinels.append(worker.sentinel)
-        wait(sentinels, timeout)
+            busy[worker.sentinel] = worker
+        for sentinel in wait(list(busy), timeout):
+            busy[sentinel].join()
 
 
 class StrategyModule(StrategyMixin, LinearStrategy):  # type: ignore[misc]
     def run(self, iterator: Any, play_context: Any, *args: Any, **kwargs: Any) -> Any:
+        release_cpus()
         prepare_workers()
         load_jinja_plugins()
         jinja_cache.install()
