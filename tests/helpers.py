@@ -5,6 +5,7 @@ _render.py holds the rendering tests' heavier helpers."""
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import socket
 import subprocess
@@ -89,6 +90,19 @@ def collection_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[
     env["ANSIBLE_COLLECTIONS_PATH"] = str(collections_path())
     env.update(extra)
     return env
+
+
+def script_shows(script: str, tmp_path: Path) -> dict[str, Any]:
+    """A Python script run from tests/ with the collection importable and Ansible's local temporary
+    folder in tmp_path: the JSON document its last line prints."""
+    env = collection_env(ANSIBLE_LOCAL_TEMP=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO / "tests", env=env,
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return shown
 
 
 def ansible_playbook(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from gpubring.run.accelerate import MITOGEN_STRATEGY, Accelerator, accelerator
 from gpubring.run.strategy import GPUBRING_STRATEGY, for_runs
-from helpers import BIN, REPO, collection_env
+from helpers import BIN, REPO, collection_env, script_shows
 
 pytest.importorskip("ansible_mitogen", reason="Mitogen is gpubring's [accel] extra: pip install -e '.[test]'")
 
@@ -273,19 +273,6 @@ def test_compiled_templates_render_as_ansible_renders_them(tmp_path: Path, strat
     assert shown["left"] == []  # ansible-playbook's own temporary folders and the cache's are removed
 
 
-def _script_shows(script: str, tmp_path: Path) -> dict[str, Any]:
-    """A Python script run from tests/ with the collection importable and Ansible's local temporary
-    folder in tmp_path: the JSON document its last line prints."""
-    env = collection_env(ANSIBLE_LOCAL_TEMP=str(tmp_path))
-    proc = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO / "tests", env=env,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    shown: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    return shown
-
-
 MERGE_SCRIPT = """
 import json, marshal, os, sys
 from helpers import collection_module
@@ -321,7 +308,7 @@ def test_the_main_process_merges_what_a_worker_compiled_and_nothing_else(tmp_pat
     """A forked worker's compilations reach the main process; files that are not what a worker writes
     (garbage, cut short, wrong shapes) are dropped without an error in the main process, and a file still
     being written (.part) is left to its writer."""
-    shown = _script_shows(MERGE_SCRIPT, tmp_path)
+    shown = script_shows(MERGE_SCRIPT, tmp_path)
     assert shown["added"] == 1
     assert shown["sources"] == ["{{ 'from the worker' | upper }}"]
     assert shown["left"] == [".x.part"]
@@ -363,7 +350,7 @@ def test_a_full_worker_list_is_waited_on_not_polled(tmp_path: Path) -> None:
     takes to run the 0.2 s worker, it looks at the three workers at most once per 0.05 s waited (and
     at the start, and a wake's timer may run late); a fixed bound failed a clean-clone CI run under
     load."""
-    shown = _script_shows(WAIT_SCRIPT, tmp_path)
+    shown = script_shows(WAIT_SCRIPT, tmp_path)
     assert shown["alive"] == [True, False, True]
     wakes = shown["waited"] / 0.05 + 3
     assert 3 <= shown["checks"] <= 3 * wakes, shown
@@ -390,6 +377,6 @@ def test_the_controller_processes_are_not_pinned_to_cpus(tmp_path: Path) -> None
     ansible-playbook process (each shard) pins its main process to the same CPU. With the strategy's
     release_cpus(), what Mitogen assigns to the main process, a worker and a multiplexer leaves each
     free to run on every CPU it had (checked to fail with Mitogen's own policy: one CPU after)."""
-    shown = _script_shows(AFFINITY_SCRIPT, tmp_path)
+    shown = script_shows(AFFINITY_SCRIPT, tmp_path)
     assert len(shown["before"]) >= 2
     assert shown["after"] == shown["before"]
