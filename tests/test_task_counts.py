@@ -538,6 +538,10 @@ def test_preflight_verify_and_acceptance_schedule_few_results_per_host(tmp_path:
     # first host: localhost here), not per host; the host's own results stay 8.
     index = "Index the host names and addresses of the hosts compared"
     assert seen["preflight"].count(index) == 1, seen["preflight"]
+    # The download check is imported: off here, its one task is the one skipped result (an include of
+    # it was a result of its own, and two results per host with the check on).
+    assert "Check that every download of this run is reachable from the host" in seen["preflight"]
+    assert "Check that every download of this run is reachable" not in seen["preflight"]
     assert counts["preflight"] - 1 <= 8, seen["preflight"]  # with the facts and the argument check; 25, 16, 9
     assert counts["verify"] <= 10, seen["verify"]  # 19 before (with the kernel checks localhost runs); 13, 12
     assert counts["acceptance"] <= 13, seen["acceptance"]  # 40 before, one of them a loop of 6; 23, 14
